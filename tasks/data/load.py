@@ -1,0 +1,130 @@
+"""`load_partition`: one client's train/test share of a named data set under a named partitioner.
+
+Every client computes the same seeded split of the whole data set and keeps its own part, so the
+partitions are disjoint without any coordination. Samples come in a seeded random order;
+``max_train`` / ``max_test`` keep a prefix of that order, i.e. a seeded subsample taken after
+partitioning.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+
+import numpy as np
+
+from tasks.data.easyvqa import load_easy_vqa
+from tasks.data.medmnist import load_medmnist_vqa
+from tasks.data.partition import parse_partitioner, split_indices
+from tasks.data.synthetic import load_synthetic, load_synthetic_multilabel
+from tasks.data.transforms import apply_modality
+from tasks.data.types import Partition, Sample, Source, Split
+
+DATASETS: tuple[str, ...] = (
+    "easy-vqa",
+    "easy-vqa-modalities",
+    "synthetic",
+    "synthetic-multilabel",
+    "medmnist-vqa:<dir>",
+)
+
+_LOADERS: dict[str, Callable[[int], Source]] = {
+    "easy-vqa": lambda seed: load_easy_vqa(),
+    "easy-vqa-modalities": lambda seed: load_easy_vqa(),
+    "synthetic": load_synthetic,
+    "synthetic-multilabel": load_synthetic_multilabel,
+}
+
+
+def _resolve(dataset: str) -> Callable[[int], Source]:
+    if not isinstance(dataset, str):
+        raise ValueError(f"dataset must be a string, got {dataset!r}")
+    if dataset in _LOADERS:
+        return _LOADERS[dataset]
+    kind, sep, directory = dataset.partition(":")
+    if kind == "medmnist-vqa" and sep:
+        if not directory:
+            raise ValueError("dataset 'medmnist-vqa:' needs a directory: 'medmnist-vqa:<dir>'")
+        return lambda seed: load_medmnist_vqa(directory)
+    raise ValueError(f"unknown dataset {dataset!r}; choose one of {', '.join(DATASETS)}")
+
+
+def _check_int(name: str, value: object, low: int, high: int | None = None) -> None:
+    ok = isinstance(value, (int, np.integer)) and not isinstance(value, bool)
+    if not ok or value < low or (high is not None and value >= high):
+        bound = f"an integer >= {low}" if high is None else f"an integer in [{low}, {high})"
+        raise ValueError(f"{name} must be {bound}, got {value!r}")
+
+
+def load_partition(
+    dataset: str,
+    partition_id: int,
+    num_partitions: int,
+    partitioner: str = "iid",
+    seed: int = 0,
+    max_train: int | None = None,
+    max_test: int | None = None,
+) -> Partition:
+    """Train/test samples of client `partition_id` (0-based) out of `num_partitions`.
+
+    Raises ValueError for an unknown dataset or partitioner, a bad gamma, id or count, or a
+    partition left without train or test samples; FileNotFoundError for a missing medmnist dir.
+    """
+    load = _resolve(dataset)
+    spec = parse_partitioner(partitioner)
+    _check_int("num_partitions", num_partitions, 1)
+    _check_int("partition_id", partition_id, 0, num_partitions)
+    _check_int("seed", seed, 0)
+    for name, value in (("max_train", max_train), ("max_test", max_test)):
+        if value is not None:
+            _check_int(name, value, 1)
+    partition_id, num_partitions, seed = int(partition_id), int(num_partitions), int(seed)
+    name = f"{dataset}[{partitioner}] {partition_id}/{num_partitions}"
+
+    source = load(seed)
+    train_idx, test_idx = split_indices(source, num_partitions, spec, seed)[partition_id]
+    for split, idx in (("train", train_idx), ("test", test_idx)):
+        if len(idx) == 0:
+            raise ValueError(
+                f"partition {name} gets no {split} samples; use fewer partitions "
+                f"or another partitioner"
+            )
+    rng = np.random.default_rng([seed, partition_id])
+    train_idx = rng.permutation(train_idx)[:max_train]
+    test_idx = rng.permutation(test_idx)[:max_test]
+    modality = partition_id if dataset == "easy-vqa-modalities" else None
+    return Partition(
+        train=_samples(source.train, train_idx, modality, seed),
+        test=_samples(source.test, test_idx, modality, seed),
+        labels=list(source.labels),
+        task=source.task,
+        name=name,
+    )
+
+
+def _samples(split: Split, idx: np.ndarray, modality: int | None, seed: int) -> list[Sample]:
+    """Sample objects for split indices; images are read-only views, RGB, modality-transformed."""
+    images: list[np.ndarray] = [np.empty(0)] * len(idx)
+    for group in np.unique(split.groups[idx]):
+        at = np.flatnonzero(split.groups[idx] == group)
+        rows = split.rows[idx[at]]
+        block = split.blocks[group]
+        if block.shape[-1] == 3 and modality is None:
+            chosen, position = block, rows
+        else:  # copy only this client's images: grayscale -> RGB, then its modality
+            unique, position = np.unique(rows, return_inverse=True)
+            chosen = np.repeat(block[unique], 3, axis=-1) if block.shape[-1] == 1 else block[unique]
+            if modality is not None:
+                chosen = apply_modality(chosen, modality, seed)
+            chosen.flags.writeable = False
+        for k, p in zip(at, position, strict=True):
+            images[k] = chosen[p]
+    multilabel = split.targets.ndim == 2
+    return [
+        Sample(
+            image=image,
+            question=split.questions[j],
+            target=split.targets[j].copy() if multilabel else int(split.targets[j]),
+            qtype=str(split.qtypes[j]),
+        )
+        for image, j in zip(images, idx, strict=True)
+    ]
