@@ -131,7 +131,7 @@ def _read(path: Path) -> dict[str, tuple[np.ndarray, np.ndarray]]:
             )
     if "val" in splits:
         (tx, ty), (vx, vy) = splits.pop("train"), splits.pop("val")
-        splits["train"] = (np.concatenate([tx, vx]), np.concatenate([ty, vy]))
+        splits = {"train": (np.concatenate([tx, vx]), np.concatenate([ty, vy])), **splits}
     return splits
 
 
