@@ -75,7 +75,9 @@ def test_vocabulary_is_the_sorted_union(med_dir):
     labels = load_partition(f"medmnist-vqa:{med_dir}", 0, 4).labels
     assert labels == sorted(set(labels))
     expected = {"blood cell microscope", "blood", "lung", "chest x-ray", "abdominal ct", NO_FINDING}
-    expected |= {"zeta_scan", "class 0", "class 1", "class 2"} | set(MEDMNIST_INFO["bloodmnist"].labels)
+    expected |= {"zeta_scan", "class 0", "class 1", "class 2"} | set(
+        MEDMNIST_INFO["bloodmnist"].labels
+    )
     expected |= set(MEDMNIST_INFO["chestmnist"].labels) | set(MEDMNIST_INFO["organamnist"].labels)
     assert set(labels) == expected
 
@@ -98,7 +100,9 @@ def test_more_partitions_than_files_split_each_file(med_dir):
         assert modality == {"blood cell microscope"}
     keys = [[(s.image.tobytes(), s.question, s.target) for s in parts[i].train] for i in (0, 4)]
     assert not set(keys[0]) & set(keys[1])
-    assert sorted(keys[0] + keys[1]) == sorted((s.image.tobytes(), s.question, s.target) for s in whole.train)
+    assert sorted(keys[0] + keys[1]) == sorted(
+        (s.image.tobytes(), s.question, s.target) for s in whole.train
+    )
 
 
 def test_fewer_partitions_than_files_merge_files(med_dir):
@@ -108,7 +112,9 @@ def test_fewer_partitions_than_files_merge_files(med_dir):
 
 
 def test_by_question_type_within_a_file(med_dir):
-    parts = [load_partition(f"medmnist-vqa:{med_dir}", i, 12, "by-question-type") for i in (0, 4, 8)]
+    parts = [
+        load_partition(f"medmnist-vqa:{med_dir}", i, 12, "by-question-type") for i in (0, 4, 8)
+    ]
     # clients 0, 4, 8 share bloodmnist; its types sorted: anatomy, modality, tissue
     assert [{s.qtype for s in p.train} for p in parts] == [{"anatomy"}, {"modality"}, {"tissue"}]
 

@@ -136,7 +136,9 @@ def test_multilabel_dirichlet_skews_label_frequencies():
     def spread(partitioner: str) -> float:  # mean TV distance of client label mix from the mean
         freq = []
         for i in range(4):
-            t = np.stack([s.target for s in load_partition("synthetic-multilabel", i, 4, partitioner).train])
+            t = np.stack(
+                [s.target for s in load_partition("synthetic-multilabel", i, 4, partitioner).train]
+            )
             freq.append(t.sum(axis=0) / t.sum())
         freq = np.array(freq)
         return float(np.mean(0.5 * np.abs(freq - freq.mean(axis=0)).sum(axis=1)))

@@ -90,7 +90,9 @@ def test_modalities_transform_images_but_keep_questions():
     for client in range(8):
         plain = load_partition("easy-vqa", client, 8, seed=0, max_train=20, max_test=5)
         moved = load_partition("easy-vqa-modalities", client, 8, seed=0, max_train=20, max_test=5)
-        assert [(s.question, s.target) for s in plain.train] == [(s.question, s.target) for s in moved.train]
+        assert [(s.question, s.target) for s in plain.train] == [
+            (s.question, s.target) for s in moved.train
+        ]
         x = np.stack([s.image for s in plain.train]).astype(int)
         y = np.stack([s.image for s in moved.train]).astype(int)
         assert not np.array_equal(x, y), client

@@ -1,8 +1,10 @@
 """Multi-modal federated data: named data sets split into heterogeneous client partitions.
 
-Data sets: easy-vqa, easy-vqa-modalities, synthetic, synthetic-multilabel, medmnist-vqa:<dir>.
-Partitioners: iid, dirichlet:<gamma>, by-question-type[:<gamma>] (see `tasks.data.partition`).
-"""
+Data sets (`DATASETS`): easy-vqa (PyPI ``easy-vqa``), easy-vqa-modalities (client i sees its images
+through modality transform i mod 8, `tasks.data.transforms`), synthetic and synthetic-multilabel
+(generated from the seed, `tasks.data.synthetic`), medmnist-vqa:<dir> (Ultra-MedVQA construction
+on MedMNIST files, `tasks.data.medmnist`). Partitioners (`PARTITIONERS`): iid, dirichlet:<gamma>,
+by-question-type[:<gamma>] (`tasks.data.partition`)."""
 
 from tasks.data.load import DATASETS, load_partition
 from tasks.data.partition import PARTITIONERS

@@ -85,8 +85,8 @@ def load_partition(
     for split, idx in (("train", train_idx), ("test", test_idx)):
         if len(idx) == 0:
             raise ValueError(
-                f"partition {name} gets no {split} samples; use fewer partitions "
-                f"or another partitioner"
+                f"partition {name} gets no {split} samples; "
+                "use fewer partitions or another partitioner"
             )
     rng = np.random.default_rng([seed, partition_id])
     train_idx = rng.permutation(train_idx)[:max_train]

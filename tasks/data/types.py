@@ -68,7 +68,5 @@ def majority_accuracy(samples: list[Sample]) -> float:
     baseline); for multi-hot targets, the share of the most common label set (exact match)."""
     if not samples:
         raise ValueError("majority_accuracy needs at least one sample, got an empty list")
-    keys = [
-        s.target if isinstance(s.target, int) else np.asarray(s.target).tobytes() for s in samples
-    ]
+    keys = [s.target if np.ndim(s.target) == 0 else np.asarray(s.target).tobytes() for s in samples]
     return Counter(keys).most_common(1)[0][1] / len(samples)
