@@ -1,0 +1,177 @@
+"""Adapters and the federated / personal state of a `FederatedVLM`.
+
+* adapter="lora" (default): peft LoRA (`inject_adapter_in_model`, the model stays a plain module)
+  on every nn.Linear and every groups=1 nn.Conv2d inside every selectable layer; rank r,
+  lora_alpha = 2r, no LoRA dropout. A layer's trainable unit is its lora_A / lora_B weights.
+* adapter="layer": no adapter; a layer's trainable unit is all of its own parameters (the paper's
+  full-layer fine-tuning, Table 5).
+
+Shared state travels as {f"{layer_index}:{parameter_name}": np.ndarray}; personal state (head,
+image->text projection) as {parameter_name: np.ndarray} and is never averaged (supplement §C.3).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable
+
+import numpy as np
+import torch
+from peft import LoraConfig, inject_adapter_in_model
+from torch import nn
+
+from tasks.models.base import FederatedVLM
+
+ADAPTERS: tuple[str, ...] = ("lora", "layer")
+
+
+def is_under(name: str, prefixes: Iterable[str]) -> bool:
+    return any(name == p or name.startswith(p + ".") for p in prefixes)
+
+
+def lora_targets(model: FederatedVLM) -> list[str]:
+    """Full names of the nn.Linear and groups=1 nn.Conv2d modules inside the selectable layers."""
+    prefixes = [p for layer in model.layer_prefixes for p in layer]
+    return [
+        name
+        for name, m in model.named_modules()
+        if is_under(name, prefixes)
+        and (isinstance(m, nn.Linear) or (isinstance(m, nn.Conv2d) and m.groups == 1))
+    ]
+
+
+def apply_adapter(model: FederatedVLM, adapter: str, lora_rank: int = 8) -> None:
+    """Inject the adapter in place and freeze the backbone (trainable unit + personal stay on)."""
+    if adapter not in ADAPTERS:
+        raise ValueError(f"unknown adapter {adapter!r}; choose one of {', '.join(ADAPTERS)}")
+    if adapter == "lora":
+        if not isinstance(lora_rank, int) or lora_rank < 1:
+            raise ValueError(f"lora_rank must be a positive int, got {lora_rank!r}")
+        targets = lora_targets(model)
+        if not targets:
+            raise ValueError(f"no Linear/Conv2d modules to adapt in {type(model).__name__}")
+        config = LoraConfig(
+            r=lora_rank, lora_alpha=2 * lora_rank, lora_dropout=0.0, target_modules=targets
+        )
+        inject_adapter_in_model(config, model)
+    model.adapter = adapter
+    freeze_except(model, np.ones(len(model.layer_names), dtype=bool))
+
+
+def layer_parameter_names(model: FederatedVLM, layer: int) -> list[str]:
+    """Names of the trainable unit of selectable layer `layer` (LoRA A/B, or the layer's weights)."""
+    _check_layer(model, layer)
+    prefixes = model.layer_prefixes[layer]
+    lora = model.adapter == "lora"
+    return [
+        name
+        for name, _ in model.named_parameters()
+        if is_under(name, prefixes) and (("lora_" in name) == lora)
+    ]
+
+
+def personal_parameter_names(model: FederatedVLM) -> list[str]:
+    """Names of the personal parameters: the task head (+ image->text projection)."""
+    return [n for n, _ in model.named_parameters() if is_under(n, model.personal_prefixes)]
+
+
+def layer_of_key(key: str) -> int:
+    """The layer index of a shared-state key f"{layer_index}:{parameter_name}"."""
+    head, sep, name = key.partition(":") if isinstance(key, str) else ("", "", "")
+    if not sep or not name or not head.isdigit():
+        raise ValueError(f"layer state key must look like '<layer>:<parameter>', got {key!r}")
+    return int(head)
+
+
+def get_layer_state(model: FederatedVLM, layers: Iterable[int]) -> dict[str, np.ndarray]:
+    """Copies of the trainable unit of the chosen layers, keyed f"{layer}:{parameter_name}"."""
+    params = dict(model.named_parameters())
+    return {
+        f"{layer}:{name}": params[name].detach().cpu().numpy().copy()
+        for layer in sorted(set(int(x) for x in layers))
+        for name in layer_parameter_names(model, layer)
+    }
+
+
+def set_layer_state(model: FederatedVLM, state: dict[str, np.ndarray]) -> None:
+    """Write shared arrays into the model; validates every key/shape/dtype before writing any."""
+    params = dict(model.named_parameters())
+    units: dict[int, set[str]] = {}
+    checked = []
+    for key, value in state.items():
+        layer = layer_of_key(key)
+        if not 0 <= layer < len(model.layer_names):
+            raise ValueError(
+                f"layer state key {key!r}: layer {layer} out of range 0..{len(model.layer_names) - 1}"
+            )
+        if layer not in units:
+            units[layer] = set(layer_parameter_names(model, layer))
+        name = key.partition(":")[2]
+        if name not in units[layer]:
+            raise ValueError(
+                f"layer state key {key!r} is not a trainable parameter of layer {layer}"
+            )
+        checked.append((params[name], _checked_array(key, value, params[name])))
+    _copy(checked)
+
+
+def get_personal_state(model: FederatedVLM) -> dict[str, np.ndarray]:
+    """Copies of the personal parameters (never averaged)."""
+    params = dict(model.named_parameters())
+    return {n: params[n].detach().cpu().numpy().copy() for n in personal_parameter_names(model)}
+
+
+def set_personal_state(model: FederatedVLM, state: dict[str, np.ndarray]) -> None:
+    """Write personal arrays; validates every key/shape/dtype before writing any."""
+    params = dict(model.named_parameters())
+    personal = set(personal_parameter_names(model))
+    checked = []
+    for name, value in state.items():
+        if name not in personal:
+            raise ValueError(f"personal state key {name!r} is not a personal parameter")
+        checked.append((params[name], _checked_array(name, value, params[name])))
+    _copy(checked)
+
+
+def freeze_except(model: FederatedVLM, mask: np.ndarray) -> None:
+    """requires_grad only for the masked layers' trainable unit and the personal parameters."""
+    keep = set(personal_parameter_names(model))
+    for layer in np.flatnonzero(check_mask(model, mask)):
+        keep.update(layer_parameter_names(model, int(layer)))
+    for name, p in model.named_parameters():
+        p.requires_grad_(name in keep)
+
+
+def check_mask(model: FederatedVLM, mask: np.ndarray) -> np.ndarray:
+    """A boolean (L,) layer mask; ValueError on a wrong type, length or values."""
+    arr = np.asarray(mask) if isinstance(mask, (np.ndarray, list, tuple)) else None
+    n = len(model.layer_names)
+    if arr is None or arr.shape != (n,):
+        shape = getattr(arr, "shape", type(mask).__name__)
+        raise ValueError(f"mask must be a length-{n} array (one entry per layer), got {shape}")
+    if arr.dtype == bool:
+        return arr
+    if np.issubdtype(arr.dtype, np.integer) and np.isin(arr, (0, 1)).all():
+        return arr.astype(bool)
+    raise ValueError(f"mask must be boolean (or 0/1 integers), got dtype {arr.dtype}")
+
+
+def _check_layer(model: FederatedVLM, layer: int) -> None:
+    if not isinstance(layer, (int, np.integer)) or not 0 <= layer < len(model.layer_names):
+        raise ValueError(f"layer must be an int in 0..{len(model.layer_names) - 1}, got {layer!r}")
+
+
+def _checked_array(key: str, value: np.ndarray, param: torch.Tensor) -> np.ndarray:
+    expected = torch.empty((), dtype=param.dtype).numpy().dtype
+    if not isinstance(value, np.ndarray):
+        raise ValueError(f"state[{key!r}] must be a numpy array, got {type(value).__name__}")
+    if value.shape != tuple(param.shape):
+        raise ValueError(f"state[{key!r}] has shape {value.shape}, expected {tuple(param.shape)}")
+    if value.dtype != expected:
+        raise ValueError(f"state[{key!r}] has dtype {value.dtype}, expected {expected}")
+    return value
+
+
+@torch.no_grad()
+def _copy(pairs: list[tuple[torch.Tensor, np.ndarray]]) -> None:
+    for param, value in pairs:
+        param.copy_(torch.from_numpy(value))

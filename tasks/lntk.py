@@ -1,0 +1,190 @@
+"""Client-level layer importance: principal eigenvalue of the layerwise NTK (paper §4.1).
+
+For selectable layer l with trainable unit θˡ (LoRA A/B, or the layer's weights) and n samples,
+Θˡ = Jˡ Jˡᵀ (Eq. 8) and Sˡ = λ₁ˡ / Σ_k λ₁ᵏ (§4.1, "client-specific layer importance score").
+
+Modes:
+* "loss" (default): row i of Jˡ is the gradient of sample i's loss w.r.t. θˡ (n × p). All layers
+  come from one `torch.func.vmap(grad(...))` pass over `functional_call` (per-sample gradients);
+  Θˡ is the n × n Gram matrix, accumulated in float64 — never a p × p matrix.
+* "logit": rows are the per-sample Jacobians of all C logits (`vmap(jacrev(...))`), Θˡ is nC × nC:
+  the NTK of Eq. 8 literally; costs C backward passes, for small models.
+* "paper": supplement Algorithm 1 as printed, for comparison. One backward pass of the batch-mean
+  loss gives ∇θ; the printed double loop over samples b and classes i adds (param.grad)² n·C times
+  without recomputing it, i.e. G = n·C·(∇θ)²; each parameter tensor is flattened to rows
+  `G.view(G.shape[0], -1)` and NTK = J Jᵀ is a Gram matrix over *parameter rows* (output
+  channels), not over samples. Differences from Eq. 8: it squares a batch-averaged gradient (no
+  per-sample structure, so it is a rank-one-per-row magnitude statistic rather than an NTK), and
+  Algorithm 1 scores parameter tensors, not layers; here a layer's value is the sum of its
+  tensors' λ₁ (Eq. 9 sums NTKs over a layer's parameters, and λ₁ is subadditive). λ₁ of J Jᵀ is
+  taken from the smaller of J Jᵀ and Jᵀ J (same non-zero spectrum).
+
+The model is scored in eval mode (no dropout) and restored to its previous mode afterwards.
+λ₁ is `torch.linalg.eigvalsh` (float64) up to LANCZOS_ABOVE rows, else Lanczos
+(`scipy.sparse.linalg.eigsh`, k=1), as in the supplement's timing note (Table 7).
+If vmap cannot trace a model (e.g. a Hugging Face forward with data-dependent mask checks), the
+per-sample gradients come from a loop of n backward passes instead, with a RuntimeWarning saying so.
+"""
+
+from __future__ import annotations
+
+import time
+import warnings
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass
+from typing import TYPE_CHECKING
+
+import numpy as np
+import torch
+from scipy.sparse.linalg import eigsh
+from torch import nn
+from torch.func import functional_call, grad, jacrev, vmap
+
+from tasks.adapters import layer_parameter_names
+from tasks.models.base import FederatedVLM
+
+if TYPE_CHECKING:
+    from tasks.data import Sample
+
+MODES: tuple[str, ...] = ("loss", "logit", "paper")
+LANCZOS_ABOVE = 512  # Gram matrices with more rows use Lanczos for λ₁
+
+Params = dict[str, torch.Tensor]
+Batch = dict[str, torch.Tensor]
+
+
+@dataclass(frozen=True)
+class LayerScores:
+    eigenvalues: np.ndarray  # (L,) principal eigenvalue λ1 of Θ^l = J^l J^lT
+    scores: np.ndarray  # (L,) S^l = λ1^l / Σ_k λ1^k (uniform if all zero)
+    seconds: float
+
+
+def layer_scores(model: FederatedVLM, samples: Sequence[Sample], mode: str = "loss") -> LayerScores:
+    """λ₁ of every selectable layer's LNTK on `samples` and the normalised scores Sˡ."""
+    if mode not in MODES:
+        raise ValueError(f"unknown LNTK mode {mode!r}; choose one of {', '.join(MODES)}")
+    if len(samples) == 0:
+        raise ValueError("samples is empty: LNTK scoring needs at least one sample")
+    start = time.perf_counter()
+    groups = [layer_parameter_names(model, layer) for layer in range(len(model.layer_names))]
+    was_training = model.training
+    model.eval()
+    try:
+        batch = {k: v.to(model.device) for k, v in model.collate(samples).items()}
+        if mode == "paper":
+            eigenvalues = _paper_eigenvalues(model, batch, groups)
+        else:
+            grams = _grams(model, batch, groups, mode)
+            eigenvalues = np.array([principal_eigenvalue(g) for g in grams])
+    finally:
+        model.train(was_training)
+    total = eigenvalues.sum()
+    n = len(eigenvalues)
+    scores = eigenvalues / total if total > 0 else np.full(n, 1.0 / n)
+    return LayerScores(eigenvalues, scores, time.perf_counter() - start)
+
+
+def principal_eigenvalue(gram: torch.Tensor, lanczos_above: int = LANCZOS_ABOVE) -> float:
+    """Largest eigenvalue of a symmetric PSD matrix (float64 eigvalsh, or Lanczos when large)."""
+    gram = gram.detach().to(torch.float64).cpu()
+    if gram.shape[0] <= lanczos_above:
+        return float(torch.linalg.eigvalsh(gram)[-1])
+    return float(eigsh(gram.numpy(), k=1, which="LA", return_eigenvectors=False, tol=0)[0])
+
+
+class _Tail(nn.Module):
+    """`forward_embedded` as a module forward, so that `functional_call` can drive it."""
+
+    def __init__(self, model: FederatedVLM) -> None:
+        super().__init__()
+        self.model = model
+
+    def forward(self, emb: Batch) -> torch.Tensor:
+        return self.model.forward_embedded(emb)
+
+
+def _grams(model: FederatedVLM, batch: Batch, groups: list[list[str]], mode: str) -> list[torch.Tensor]:
+    """Per-layer Gram matrices J Jᵀ (float64) from per-sample gradients / Jacobians."""
+    labels = batch.pop("labels")
+    with torch.no_grad():
+        emb = model.embed(batch)
+    tail = _Tail(model)
+    named = dict(model.named_parameters())
+    params = {f"model.{n}": named[n].detach() for group in groups for n in group}
+
+    def per_sample(p: Params, e: Batch, y: torch.Tensor) -> torch.Tensor:
+        logits = functional_call(tail, p, ({k: v[None] for k, v in e.items()},))
+        return model.loss(logits, y[None]) if mode == "loss" else logits[0]
+
+    transform = grad(per_sample) if mode == "loss" else jacrev(per_sample)
+    try:
+        with torch.no_grad():
+            jac = vmap(transform, in_dims=(None, 0, 0))(params, emb, labels)
+    except (RuntimeError, NotImplementedError) as err:
+        warnings.warn(
+            f"vmap cannot trace {type(model).__name__} ({str(err).splitlines()[0][:120]}); "
+            "LNTK falls back to a loop of per-sample backward passes",
+            RuntimeWarning,
+            stacklevel=3,
+        )
+        jac = _looped(per_sample, params, emb, labels, mode)
+    n = labels.shape[0]
+    grams = []
+    for group in groups:
+        gram = torch.zeros(0, 0, dtype=torch.float64)
+        for name in group:
+            rows = jac[f"model.{name}"].reshape(-1, named[name].numel()).to(torch.float64)
+            gram = rows @ rows.T if gram.numel() == 0 else gram + rows @ rows.T
+        grams.append(gram if gram.numel() else torch.zeros(n, n, dtype=torch.float64))
+    return grams
+
+
+def _looped(
+    per_sample: Callable[..., torch.Tensor], params: Params, emb: Batch, labels: torch.Tensor, mode: str
+) -> Params:
+    """Per-sample gradients (loss) or Jacobians (logit) by explicit backward passes."""
+    leaves = {k: v.clone().requires_grad_(True) for k, v in params.items()}
+    out: dict[str, list[torch.Tensor]] = {k: [] for k in leaves}
+    for i in range(labels.shape[0]):
+        with torch.enable_grad():
+            value = per_sample(leaves, {k: v[i] for k, v in emb.items()}, labels[i])
+        outputs = value.reshape(-1)
+        rows = []
+        for j in range(outputs.shape[0]):
+            g = torch.autograd.grad(outputs[j], list(leaves.values()), retain_graph=True, allow_unused=True)
+            rows.append(
+                [torch.zeros_like(v) if d is None else d for v, d in zip(leaves.values(), g, strict=True)]
+            )
+        for idx, key in enumerate(leaves):
+            stacked = torch.stack([r[idx] for r in rows])
+            out[key].append(stacked[0] if mode == "loss" else stacked)
+    return {k: torch.stack(v) for k, v in out.items()}
+
+
+def _paper_eigenvalues(model: FederatedVLM, batch: Batch, groups: list[list[str]]) -> np.ndarray:
+    """Supplement Algorithm 1 as printed (see module doc)."""
+    named = dict(model.named_parameters())
+    leaves = {n: named[n].detach().clone().requires_grad_(True) for g in groups for n in g}
+    labels = batch.pop("labels")
+    with torch.enable_grad():
+        logits = functional_call(model, leaves, (batch,))
+        loss = model.loss(logits, labels)
+        grads = torch.autograd.grad(loss, list(leaves.values()), allow_unused=True)
+    n, c = logits.shape
+    squared = {
+        name: torch.zeros_like(v, dtype=torch.float64)
+        if g is None
+        else (n * c) * g.detach().to(torch.float64) ** 2
+        for (name, v), g in zip(leaves.items(), grads, strict=True)
+    }
+    values = []
+    for group in groups:
+        total = 0.0
+        for name in group:
+            sq = squared[name]
+            j = sq.reshape(sq.shape[0], -1) if sq.dim() else sq.reshape(1, 1)
+            gram = j @ j.T if j.shape[0] <= j.shape[1] else j.T @ j
+            total += principal_eigenvalue(gram)
+        values.append(total)
+    return np.array(values)

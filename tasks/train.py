@@ -1,0 +1,162 @@
+"""Local training and evaluation of a client (paper §C.3 training details).
+
+`train` runs AdamW (weight decay 0.01) for a fixed number of steps on mini-batches drawn from a
+seeded permutation of the client's samples (re-shuffled at each pass). Only the masked layers'
+trainable unit and the personal parameters (head, image->text projection) receive gradients and
+are in the optimiser, so every other parameter stays bit-for-bit unchanged.
+
+head_lr: the personal parameters are freshly initialised per client while the adapters start from
+the federated state; at the paper's lr 1e-4 a random linear head moves too little in a few dozen
+local steps to fit the client's answers, so it may get its own (larger) learning rate. None uses
+`lr` for everything (the paper's setting).
+
+`round_lr` is §C.3's schedule per communication round: linear warm-up over the first
+ceil(warmup_frac · num_rounds) rounds, then linear decay (following [11]'s linear schedule).
+Deviation: HF's step schedule starts warm-up at 0 and ends decay at 0, which would waste the first
+and last rounds; here round r of W warm-up rounds gets r/W, and the decay reaches 1/(N-W+1) of
+base_lr in the last round.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Sequence
+from typing import TYPE_CHECKING
+
+import numpy as np
+import torch
+
+from tasks.adapters import (
+    check_mask,
+    freeze_except,
+    layer_parameter_names,
+    personal_parameter_names,
+)
+from tasks.device import resolve_device
+from tasks.models.base import FederatedVLM
+
+if TYPE_CHECKING:
+    from tasks.data import Sample
+
+
+def train(
+    model: FederatedVLM,
+    samples: Sequence[Sample],
+    mask: np.ndarray,
+    *,
+    steps: int,
+    batch_size: int,
+    lr: float,
+    head_lr: float | None = None,
+    weight_decay: float = 0.01,
+    seed: int = 0,
+    device: str = "cpu",
+) -> dict[str, float]:
+    """`steps` AdamW steps on the masked layers + personal params; returns loss statistics."""
+    if len(samples) == 0:
+        raise ValueError("samples is empty: cannot train on zero samples")
+    _positive_int("steps", steps)
+    _positive_int("batch_size", batch_size)
+    _positive_float("lr", lr)
+    if head_lr is not None:
+        _positive_float("head_lr", head_lr)
+    model.to(resolve_device(device))
+    chosen = np.flatnonzero(check_mask(model, mask))
+    freeze_except(model, mask)
+    named = dict(model.named_parameters())
+    unit = [named[n] for layer in chosen for n in layer_parameter_names(model, int(layer))]
+    personal = [named[n] for n in personal_parameter_names(model)]
+    groups = [{"params": personal, "lr": lr if head_lr is None else head_lr}]
+    if unit:
+        groups.append({"params": unit, "lr": lr})
+    optimizer = torch.optim.AdamW(groups, lr=lr, weight_decay=weight_decay)
+    order = _batches(len(samples), steps, batch_size, seed)
+    losses = []
+    model.train()
+    with torch.random.fork_rng(devices=[]):
+        torch.manual_seed(seed)  # dropout masks
+        for idx in order:
+            batch = model.collate([samples[i] for i in idx])
+            batch = {k: v.to(model.device) for k, v in batch.items()}
+            loss = model.loss(model(batch), batch["labels"])
+            optimizer.zero_grad(set_to_none=True)
+            loss.backward()
+            optimizer.step()
+            losses.append(loss.item())
+    model.eval()
+    return {
+        "train_loss": float(np.mean(losses)),
+        "train_loss_first": losses[0],
+        "train_loss_last": losses[-1],
+        "samples_seen": float(sum(len(i) for i in order)),
+        "steps": float(steps),
+    }
+
+
+@torch.no_grad()
+def evaluate(
+    model: FederatedVLM, samples: Sequence[Sample], *, batch_size: int = 64, device: str = "cpu"
+) -> dict[str, float]:
+    """vqa: accuracy, loss; multilabel: micro/macro F1 (threshold 0.5), loss; + num_examples.
+
+    Macro F1 averages over the classes present in the labels or the predictions (a class absent
+    from both has no defined F1 and is left out).
+    """
+    if len(samples) == 0:
+        raise ValueError("samples is empty: cannot evaluate on zero samples")
+    _positive_int("batch_size", batch_size)
+    model.to(resolve_device(device))
+    model.eval()
+    logits, labels = [], []
+    for start in range(0, len(samples), batch_size):
+        batch = model.collate(samples[start : start + batch_size])
+        logits.append(model({k: v.to(model.device) for k, v in batch.items()}).float().cpu())
+        labels.append(batch["labels"])
+    out, y = torch.cat(logits), torch.cat(labels)
+    n = float(len(samples))
+    loss = float(model.loss(out, y))
+    if model.task == "vqa":
+        accuracy = float((out.argmax(1) == y).double().mean())
+        return {"accuracy": accuracy, "loss": loss, "num_examples": n}
+    pred, truth = out > 0, y > 0.5
+    tp = (pred & truth).sum(0).double()
+    fp = (pred & ~truth).sum(0).double()
+    fn = (~pred & truth).sum(0).double()
+    denom = 2 * tp + fp + fn
+    f1_micro = float(2 * tp.sum() / denom.sum()) if denom.sum() > 0 else 0.0
+    present = denom > 0
+    f1_macro = float((2 * tp[present] / denom[present]).mean()) if present.any() else 0.0
+    return {"f1_micro": f1_micro, "f1_macro": f1_macro, "loss": loss, "num_examples": n}
+
+
+def round_lr(base_lr: float, server_round: int, num_rounds: int, warmup_frac: float = 0.1) -> float:
+    """§C.3: linear warm-up over the first 10% of rounds, then linear decay (rounds 1-based)."""
+    _positive_float("base_lr", base_lr)
+    _positive_int("num_rounds", num_rounds)
+    if not isinstance(server_round, int) or not 1 <= server_round <= num_rounds:
+        raise ValueError(f"server_round must be an int in 1..{num_rounds}, got {server_round!r}")
+    if not 0.0 <= warmup_frac < 1.0:
+        raise ValueError(f"warmup_frac must be in [0, 1), got {warmup_frac!r}")
+    warmup = math.ceil(warmup_frac * num_rounds)
+    if server_round <= warmup:
+        return base_lr * server_round / warmup
+    return base_lr * (num_rounds - server_round + 1) / (num_rounds - warmup + 1)
+
+
+def _batches(n: int, steps: int, batch_size: int, seed: int) -> list[np.ndarray]:
+    """`steps` index batches from seeded permutations of range(n), re-shuffled at each pass."""
+    rng = np.random.default_rng(seed)
+    need = steps * min(batch_size, n)
+    perms = np.concatenate([rng.permutation(n) for _ in range(-(-need // n))])
+    size = min(batch_size, n)
+    return [perms[i * size : (i + 1) * size] for i in range(steps)]
+
+
+def _positive_int(name: str, value: int) -> None:
+    if isinstance(value, bool) or not isinstance(value, (int, np.integer)) or value < 1:
+        raise ValueError(f"{name} must be a positive int, got {value!r}")
+
+
+def _positive_float(name: str, value: float) -> None:
+    if isinstance(value, bool) or not isinstance(value, (int, float)) or not value > 0:
+        raise ValueError(f"{name} must be a positive number, got {value!r}")
