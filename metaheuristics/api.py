@@ -1,0 +1,132 @@
+"""``optimize``: the one entry point; validates input and dispatches to an algorithm."""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Sequence
+from numbers import Integral, Real
+
+import numpy as np
+
+from metaheuristics import aco, bee_colony, mopso, nsga2, paper_ga, reference, sa
+from metaheuristics.archive import PICKS, ParetoArchive
+from metaheuristics.problem import make_instance
+from metaheuristics.result import Assignment
+
+_SEARCHES = {
+    "nsga2": nsga2,
+    "mopso": mopso,
+    "sa": sa,
+    "aco": aco,
+    "abc": bee_colony,
+    "paper-ga": paper_ga,
+}
+ALGORITHMS: tuple[str, ...] = (*_SEARCHES, *reference.SOLVERS)
+
+# name -> (lowest, highest, lowest is allowed); integer params are those with int defaults
+_RANGES = {
+    "pop_size": (2, None, True),
+    "n_gen": (1, None, True),
+    "limit": (1, None, True),
+    "mutation_rate": (0.0, 1.0, True),
+    "crossover_rate": (0.0, 1.0, True),
+    "inertia": (0.0, None, True),
+    "cognitive": (0.0, None, True),
+    "social": (0.0, None, True),
+    "t0": (0.0, None, False),
+    "t_end": (0.0, None, False),
+    "cooling": (0.0, 1.0, False),
+    "evaporation": (0.0, 1.0, True),
+    "deposit": (0.0, None, True),
+    "tau0": (0.0, None, False),
+    "alpha": (0.0, None, True),
+    "beta": (0.0, None, True),
+}
+
+_CHOICES = {"crossover": tuple(nsga2.CROSSOVERS)}
+
+
+def _defaults(algorithm: str) -> dict:
+    if algorithm in _SEARCHES:
+        return _SEARCHES[algorithm].DEFAULTS
+    return reference.DEFAULTS
+
+
+def _check_params(algorithm: str, params: dict) -> dict:
+    defaults = _defaults(algorithm)
+    merged = dict(defaults)
+    for name, value in params.items():
+        if name not in defaults:
+            raise ValueError(
+                f"{name}: unknown parameter for algorithm {algorithm!r} "
+                f"(known: {', '.join(sorted(defaults))})"
+            )
+        if isinstance(defaults[name], str):
+            if value not in _CHOICES[name]:
+                raise ValueError(f"{name}: must be one of {_CHOICES[name]}, got {value!r}")
+            merged[name] = value
+            continue
+        is_int = isinstance(defaults[name], int)
+        kind = Integral if is_int else Real
+        if isinstance(value, (bool, np.bool_)) or not isinstance(value, kind):
+            raise ValueError(f"{name}: expected {'an int' if is_int else 'a number'}, got {value!r}")
+        low, high, low_ok = _RANGES[name]
+        value = int(value) if is_int else float(value)
+        bad_low = value < low if low_ok else value <= low
+        if not np.isfinite(value) or bad_low or (high is not None and value > high):
+            closing = f"{high}]" if high is not None else "inf)"
+            raise ValueError(f"{name}: must be in {'[' if low_ok else '('}{low}, {closing}, got {value}")
+        merged[name] = value
+    return merged
+
+
+def optimize(
+    scores: np.ndarray,
+    budgets: Sequence[int],
+    algorithm: str = "nsga2",
+    seed: int = 0,
+    pick: str = "weighted",
+    **params,
+) -> Assignment:
+    """Assign exactly budgets[i] layers to every client (paper Eq. 21, supplement §A).
+
+    Args:
+        scores: (N, L) non-negative finite layer importances S_i^l (rows of zeros allowed).
+        budgets: N ints with 1 <= k_i <= L.
+        algorithm: one of ``ALGORITHMS``.
+        seed: non-negative int; the same seed gives the same result.
+        pick: how the returned solution is chosen from the Pareto archive,
+            "weighted" (Algorithm 34) or "knee" (see archive.py).
+        **params: ``pop_size`` (50), ``n_gen`` (20) and the algorithm's own settings
+            (module ``DEFAULTS``; §C.3 values).
+
+    Raises:
+        ValueError: naming the argument and the offending value.
+    """
+    instance = make_instance(scores, budgets)
+    if algorithm not in ALGORITHMS:
+        raise ValueError(f"algorithm: unknown {algorithm!r} (known: {', '.join(ALGORITHMS)})")
+    if isinstance(seed, (bool, np.bool_)) or not isinstance(seed, Integral) or seed < 0:
+        raise ValueError(f"seed: expected a non-negative int, got {seed!r}")
+    if pick not in PICKS:
+        raise ValueError(f"pick: unknown {pick!r} (known: {', '.join(PICKS)})")
+    settings = _check_params(algorithm, params)
+    archive = ParetoArchive(instance, pick)
+    start = time.perf_counter()
+    if algorithm in _SEARCHES:
+        _SEARCHES[algorithm].run(instance, archive, int(seed), **settings)
+    else:
+        masks = reference.SOLVERS[algorithm](instance, int(seed))
+        archive.add(masks, *instance.evaluate(masks))
+        archive.record(0)
+    best = archive.best()
+    seconds = time.perf_counter() - start
+    return Assignment(
+        masks=archive.masks[best].copy(),
+        importance=float(archive.importance[best]),
+        diversity=float(archive.diversity[best]),
+        front=archive.front(),
+        history=archive.history,
+        algorithm=algorithm,
+        seconds=seconds,
+    )

@@ -1,0 +1,95 @@
+"""Pareto archive shared by all algorithms: vectorised non-dominated filtering and the pick.
+
+The archive keeps mutually non-dominated solutions with one representative per objective
+vector (the one found first), so different masks with identical objectives (possible with
+tied scores) do not bloat it. Every algorithm feeds it and returns its pick, so results
+are comparable across algorithms.
+
+Pick rules (``pick``):
+
+* ``"weighted"`` (default; supplement Algorithm 34/45, PICK_BEST_SOLUTION): maximise
+  W_IMPORTANCE * importance' - W_DIVERSITY * diversity', on objectives normalised to
+  [0, 1] by the instance's exact bounds (indicators.normalize_front). The paper gives no
+  weights; equal weights (0.5, 0.5) on the normalised scale treat both objectives alike.
+* ``"knee"``: the front point farthest from the straight line through the two extreme
+  points, on the ideal side, in the same normalised space (ties: the weighted rule).
+"""
+
+from __future__ import annotations
+
+import numpy as np
+
+from metaheuristics.indicators import Bounds, instance_bounds
+from metaheuristics.problem import Instance
+from metaheuristics.result import Front
+
+W_IMPORTANCE = 0.5
+W_DIVERSITY = 0.5
+PICKS = ("weighted", "knee")
+
+
+def nondominated(importance: np.ndarray, diversity: np.ndarray) -> np.ndarray:
+    """Indices of the non-dominated points (max importance, min diversity), best importance
+    first, keeping the first of several points with equal objectives. O(n log n)."""
+    order = np.lexsort((diversity, -importance))
+    div = diversity[order]
+    best_before = np.minimum.accumulate(np.concatenate(([np.inf], div[:-1])))
+    return order[div < best_before]
+
+
+def pick_index(importance: np.ndarray, diversity: np.ndarray, bounds: Bounds, pick: str) -> int:
+    """Index of the picked point of a front (see module docstring)."""
+    imp_range = bounds.importance_max - bounds.importance_min
+    div_range = bounds.diversity_max - bounds.diversity_min
+    imp_n = (importance - bounds.importance_min) / (imp_range if imp_range > 0 else 1.0)
+    div_n = (diversity - bounds.diversity_min) / (div_range if div_range > 0 else 1.0)
+    weighted = W_IMPORTANCE * imp_n - W_DIVERSITY * div_n
+    if pick == "weighted":
+        return int(np.argmax(weighted))
+    # knee: signed distance to the chord between the extremes, positive towards the ideal
+    a = np.array([imp_n.max(), div_n[np.argmax(imp_n)]])
+    b = np.array([imp_n[np.argmin(div_n)], div_n.min()])
+    chord = b - a
+    length = np.hypot(*chord)
+    if length == 0:
+        return int(np.argmax(weighted))
+    signed = (chord[0] * (div_n - a[1]) - chord[1] * (imp_n - a[0])) / length
+    return int(np.lexsort((-weighted, -np.round(signed, 12)))[0])
+
+
+class ParetoArchive:
+    """Non-dominated archive of an instance with per-iteration history."""
+
+    def __init__(self, instance: Instance, pick: str = "weighted") -> None:
+        self.bounds = instance_bounds(instance)
+        self.pick = pick
+        self.masks = np.zeros((0, instance.n_clients, instance.n_layers), dtype=bool)
+        self.importance = np.zeros(0)
+        self.diversity = np.zeros(0)
+        self.history: list[dict] = []
+
+    def add(self, masks: np.ndarray, importance: np.ndarray, diversity: np.ndarray) -> None:
+        """Merge a (P, N, L) population with its objectives into the archive."""
+        imp = np.concatenate((self.importance, importance))
+        div = np.concatenate((self.diversity, diversity))
+        keep = nondominated(imp, div)
+        self.masks = np.concatenate((self.masks, masks))[keep]
+        self.importance, self.diversity = imp[keep], div[keep]
+
+    def best(self) -> int:
+        return pick_index(self.importance, self.diversity, self.bounds, self.pick)
+
+    def record(self, iteration: int) -> None:
+        """Append the history entry of ``iteration`` (the current pick and archive size)."""
+        i = self.best()
+        self.history.append(
+            {
+                "iteration": iteration,
+                "best_importance": float(self.importance[i]),
+                "best_diversity": float(self.diversity[i]),
+                "front_size": len(self.importance),
+            }
+        )
+
+    def front(self) -> Front:
+        return Front(self.masks.copy(), self.importance.copy(), self.diversity.copy())

@@ -1,0 +1,94 @@
+"""Cardinality-preserving moves on (P, N, L) bool populations, vectorised over P and N.
+
+Every function returns masks whose row i has exactly budgets[i] ones, given inputs that do.
+They are shared by the pymoo operators (operators.py) and the hand-written algorithms.
+"""
+
+from __future__ import annotations
+
+import numpy as np
+
+from metaheuristics.problem import Instance
+
+
+def take_smallest(keys: np.ndarray, budgets: np.ndarray) -> np.ndarray:
+    """Mask of the budgets[i] smallest keys in every (…, i, :) row of ``keys``."""
+    order = np.argsort(keys, axis=-1)
+    chosen = np.arange(keys.shape[-1]) < budgets[:, None]
+    masks = np.empty(keys.shape, dtype=bool)
+    np.put_along_axis(masks, order, np.broadcast_to(chosen, keys.shape), axis=-1)
+    return masks
+
+
+def top_k(instance: Instance) -> np.ndarray:
+    """(N, L) mask of every client's own top-k_i layers; ties go to the lower index."""
+    ranks = np.argsort(np.argsort(-instance.scores, axis=1, kind="stable"), axis=1)
+    return ranks < instance.budgets[:, None]
+
+
+def sample_subsets(weights: np.ndarray, budgets: np.ndarray, n: int, rng: np.random.Generator) -> np.ndarray:
+    """Draw n solutions; row i holds budgets[i] distinct layers drawn with probability
+    proportional to weights[i] (sequential sampling without replacement, done at once with
+    exponential keys E/w: Efraimidis & Spirakis 2006). ``weights`` is (N, L) or (n, N, L)
+    and must be strictly positive (see problem.positive_weights)."""
+    n_clients, n_layers = budgets.shape[0], weights.shape[-1]
+    keys = rng.standard_exponential((n, n_clients, n_layers)) / weights
+    return take_smallest(keys, budgets)
+
+
+def union_resample(
+    first: np.ndarray, second: np.ndarray, budgets: np.ndarray, rng: np.random.Generator
+) -> np.ndarray:
+    """Each row: budgets[i] layers drawn uniformly from the union of both parents' rows
+    (supplement Algorithm 10, CROSSOVER)."""
+    union = first | second
+    keys = rng.random(union.shape) + (~union) * 2.0
+    return take_smallest(keys, budgets)
+
+
+def swap_one(
+    masks: np.ndarray,
+    budgets: np.ndarray,
+    rng: np.random.Generator,
+    weights: np.ndarray | None = None,
+) -> np.ndarray:
+    """Copy of ``masks`` where, in every solution, one client (uniform among clients with
+    0 < k_i < L) swaps one selected layer for one unselected layer.
+
+    Without ``weights`` both layers are uniform (supplement Algorithm 41, PERTURB_SOLUTION).
+    With (N, L) positive ``weights`` the swap is steered towards a balanced histogram: the
+    dropped layer is drawn with probability proportional to its selection count n_l in that
+    solution, the added one proportional to weights[i, l] / (n_l + 1).
+    """
+    out = masks.copy()
+    n_pop, _, n_layers = masks.shape
+    movable = np.flatnonzero(budgets < n_layers)
+    if movable.size == 0:
+        return out
+    rows = np.arange(n_pop)
+    clients = movable[rng.integers(movable.size, size=n_pop)]
+    row = out[rows, clients]
+    drop_keys = rng.standard_exponential((n_pop, n_layers))
+    add_keys = rng.standard_exponential((n_pop, n_layers))
+    if weights is not None:
+        counts = masks.sum(axis=1)
+        drop_keys /= np.maximum(counts, 1)
+        add_keys *= (counts + 1) / weights[clients]
+    drop = np.argmin(np.where(row, drop_keys, np.inf), axis=1)
+    add = np.argmin(np.where(row, np.inf, add_keys), axis=1)
+    out[rows, clients, drop] = False
+    out[rows, clients, add] = True
+    return out
+
+
+def resample_one_row(masks: np.ndarray, budgets: np.ndarray, rng: np.random.Generator) -> np.ndarray:
+    """Copy of ``masks`` where, in every solution, one uniformly chosen client gets a fresh
+    uniform k_i-subset of all L layers (supplement Algorithm 21, PERTURB_SOLUTION)."""
+    n_pop, n_clients, n_layers = masks.shape
+    out = masks.copy()
+    rows = np.arange(n_pop)
+    clients = rng.integers(n_clients, size=n_pop)
+    keys = rng.random((n_pop, n_layers))
+    ranks = np.argsort(np.argsort(keys, axis=1), axis=1)
+    out[rows, clients] = ranks < budgets[clients][:, None]
+    return out
