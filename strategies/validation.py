@@ -1,0 +1,140 @@
+"""Validation of client replies: a bad reply is rejected with a reason, never aggregated.
+
+Every check raises :class:`Rejected` with a one-line reason; the strategy logs it, records it in
+the round metrics and leaves that client out of the step, so one malformed or malicious reply
+cannot stop a round or corrupt the global adapters.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable, Mapping
+from dataclasses import dataclass
+
+import numpy as np
+from flwr.app import ArrayRecord, Message, MetricRecord
+
+from strategies.aggregation import ClientUpdate
+from strategies.records import State, from_record, layer_index
+
+SCORES_KEY = "scores"
+ARRAYS_KEY = "arrays"
+METRICS_KEY = "metrics"
+
+
+class Rejected(ValueError):
+    """A client reply that fails validation; ``str(err)`` is the logged reason."""
+
+
+@dataclass(frozen=True)
+class LayerReport:
+    """A validated ``query.lntk`` reply: per-layer principal eigenvalues and the client's budget."""
+
+    node_id: int
+    eigenvalues: np.ndarray  # (L,) float64, finite, >= 0
+    budget: int
+    num_examples: int
+    partition_id: int
+    seconds: float
+
+    @property
+    def scores(self) -> np.ndarray:
+        """Normalised importance S^l = lambda_1^l / sum_k lambda_1^k (paper §4.1); uniform if all 0."""
+        total = self.eigenvalues.sum()
+        if total <= 0:
+            return np.full_like(self.eigenvalues, 1.0 / self.eigenvalues.size)
+        return self.eigenvalues / total
+
+
+def unique_by_node(replies: Iterable[Message]) -> tuple[list[Message], list[tuple[int, str]]]:
+    """Keep the first reply of every node; later duplicates are rejected."""
+    seen: set[int] = set()
+    kept, rejected = [], []
+    for msg in replies:
+        node = msg.metadata.src_node_id
+        if node in seen:
+            rejected.append((node, "duplicate reply from the same node in this round"))
+            continue
+        seen.add(node)
+        kept.append(msg)
+    return kept, rejected
+
+
+def _content(msg: Message) -> Mapping:
+    if msg.has_error():
+        raise Rejected(f"client error: {msg.error.reason}")
+    if not msg.has_content() or len(msg.content) == 0:
+        raise Rejected("empty reply")
+    return msg.content
+
+
+def _metrics(content: Mapping, key: str) -> MetricRecord:
+    record = content.get(key) if key in content.metric_records else None
+    if record is None:
+        raise Rejected(f"reply has no MetricRecord '{key}'")
+    return record
+
+
+def _int_metric(metrics: MetricRecord, key: str, low: int, high: int | None = None) -> int:
+    if key not in metrics:
+        raise Rejected(f"missing '{key}'")
+    value = metrics[key]
+    if isinstance(value, bool) or not isinstance(value, int):
+        raise Rejected(f"'{key}' must be an int, got {value!r}")
+    if value < low or (high is not None and value > high):
+        bound = f"{low}..{high}" if high is not None else f">= {low}"
+        raise Rejected(f"'{key}' = {value} outside {bound}")
+    return value
+
+
+def check_scores(msg: Message, num_layers: int) -> LayerReport:
+    """Validate a ``query.lntk`` reply: L finite non-negative eigenvalues, 1 <= budget <= L."""
+    metrics = _metrics(_content(msg), SCORES_KEY)
+    raw = metrics.get("eigenvalues")
+    if not isinstance(raw, list):
+        raise Rejected("'eigenvalues' missing or not a list")
+    eig = np.asarray(raw, dtype=np.float64)
+    if eig.shape != (num_layers,):
+        raise Rejected(f"'eigenvalues' has {eig.size} entries, expected {num_layers}")
+    if not np.isfinite(eig).all():
+        raise Rejected("'eigenvalues' contains NaN or inf")
+    if (eig < 0).any():
+        raise Rejected(f"'eigenvalues' contains negative value {eig.min():g}")
+    seconds = metrics.get("seconds", 0.0)
+    return LayerReport(
+        node_id=msg.metadata.src_node_id,
+        eigenvalues=eig,
+        budget=_int_metric(metrics, "budget", 1, num_layers),
+        num_examples=_int_metric(metrics, "num-examples", 1),
+        partition_id=int(metrics.get("partition-id", -1)),
+        seconds=float(seconds) if isinstance(seconds, int | float) else 0.0,
+    )
+
+
+def check_update(msg: Message, global_state: State, assigned: Iterable[int]) -> ClientUpdate:
+    """Validate a train reply: only assigned layers' known keys, exact shapes/dtypes, finite values."""
+    content = _content(msg)
+    metrics = _metrics(content, METRICS_KEY)
+    num_examples = _int_metric(metrics, "num-examples", 1)
+    record = content.get(ARRAYS_KEY) if ARRAYS_KEY in content.array_records else None
+    if not isinstance(record, ArrayRecord) or len(record) == 0:
+        raise Rejected(f"reply has no ArrayRecord '{ARRAYS_KEY}'")
+    allowed = set(assigned)
+    for key, array in record.items():
+        if key not in global_state:
+            raise Rejected(f"unknown array key {key!r}")
+        if layer_index(key) not in allowed:
+            raise Rejected(f"array {key!r} belongs to layer {layer_index(key)}, not assigned")
+        expected = global_state[key]
+        if tuple(array.shape) != expected.shape or array.dtype != str(expected.dtype):
+            raise Rejected(
+                f"array {key!r} is {array.dtype}{list(array.shape)}, "
+                f"expected {expected.dtype}{list(expected.shape)}"
+            )
+    try:
+        state = from_record(record)
+    except Exception as err:  # a payload whose bytes do not match its declared shape/dtype
+        raise Rejected(f"arrays could not be decoded: {err}") from err
+    for key, value in state.items():
+        if not np.isfinite(value).all():
+            raise Rejected(f"array {key!r} contains NaN or inf")
+    return ClientUpdate(node_id=msg.metadata.src_node_id, state=state, num_examples=num_examples)

@@ -1,0 +1,70 @@
+"""An in-process Flower ``Grid`` that hands each message straight to a ClientApp (no Ray, no network).
+
+Each node has its own ``Context`` (node config, persistent state), as on a SuperNode. A handler
+that raises produces an error reply, as Flower's runtime does, so failure paths can be tested.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Iterable
+
+from flwr.app import Context, Error, Message, RecordDict
+from flwr.serverapp import Grid
+from flwr.common.constant import SUPERLINK_NODE_ID
+from flwr.supercore.run import Run
+from flwr.supercore.task_identity import TaskIdentity
+
+Handler = Callable[[Message, Context], Message]
+
+
+class InProcessGrid(Grid):
+    """Grid over in-memory nodes; ``drop`` lists node ids whose replies never arrive."""
+
+    def __init__(self, app: Handler, node_configs: list[dict], run_config: dict) -> None:
+        self.app = app
+        # what the ServerApp runtime sets before the server code creates messages
+        TaskIdentity.run_id, TaskIdentity.task_id, TaskIdentity.node_id = 1, 1, SUPERLINK_NODE_ID
+        self.contexts = {
+            100 + i: Context(run_id=1, node_id=100 + i, node_config=dict(cfg), state=RecordDict(),
+                             run_config=dict(run_config))
+            for i, cfg in enumerate(node_configs)
+        }
+        self.drop: set[int] = set()
+        self.sent: list[Message] = []
+        self._run = Run.create_empty(1)
+
+    def set_run(self, run: Run) -> None:
+        self._run = run
+
+    @property
+    def run(self) -> Run:
+        return self._run
+
+    def create_message(self, content: RecordDict, message_type: str, dst_node_id: int,
+                       group_id: str, ttl: float | None = None) -> Message:
+        return Message(content=content, message_type=message_type, dst_node_id=dst_node_id,
+                       group_id=group_id, ttl=ttl)
+
+    def get_node_ids(self) -> Iterable[int]:
+        return list(self.contexts)
+
+    def push_messages(self, messages: Iterable[Message]) -> Iterable[str]:
+        raise NotImplementedError("use send_and_receive")
+
+    def pull_messages(self, message_ids: Iterable[str]) -> Iterable[Message]:
+        raise NotImplementedError("use send_and_receive")
+
+    def send_and_receive(self, messages: Iterable[Message], *, timeout: float | None = None
+                         ) -> Iterable[Message]:
+        replies = []
+        for msg in messages:
+            self.sent.append(msg)
+            node = msg.metadata.dst_node_id
+            if node in self.drop:
+                continue
+            try:
+                replies.append(self.app(msg, self.contexts[node]))
+            except Exception as err:  # noqa: BLE001 - mirrors Flower turning exceptions into errors
+                replies.append(Message(Error(code=1, reason=f"{type(err).__name__}: {err}"),
+                                       reply_to=msg))
+        return replies
