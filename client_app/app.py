@@ -1,0 +1,89 @@
+"""ClientApp: score layers (``query.lntk``), train the assigned layers, evaluate on local data."""
+
+from __future__ import annotations
+
+import time
+
+import numpy as np
+from flwr.app import Context, Message, MetricRecord, RecordDict
+from flwr.clientapp import ClientApp
+
+import tasks
+from client_app.personal import save_personal
+from client_app.runtime import client_setup, load_global, resolve_budget
+from strategies.records import from_record, to_record
+from tasks.scores import score_layers
+
+app = ClientApp()
+
+
+def _scoring_batch(samples: list, size: int, seed: int) -> list:
+    """A fresh, seeded batch of the client's own training data for this round's scores."""
+    order = np.random.default_rng(seed).permutation(len(samples))[:size]
+    return [samples[i] for i in order]
+
+
+@app.query("lntk")
+def lntk(msg: Message, context: Context) -> Message:
+    """Reply with the principal LNTK eigenvalue of every layer, the budget and example count."""
+    setup = client_setup(context)
+    config = msg.content["config"]
+    server_round = int(config["server-round"])
+    start = time.perf_counter()
+    num_layers = len(setup.model.layer_names)
+    if config["score"] == "none":
+        eigenvalues = np.zeros(num_layers)
+    else:
+        load_global(setup, context, from_record(msg.content["arrays"]))
+        batch = _scoring_batch(setup.partition.train, int(config["score-batch-size"]),
+                               setup.config.seed * 1_000_003 + server_round * 1_009
+                               + setup.partition_id)
+        eigenvalues = score_layers(setup.model, batch, scorer=str(config["score"]),
+                                         mode=str(config["score-mode"]))
+    metrics = {
+        "eigenvalues": [float(v) for v in eigenvalues],
+        "budget": resolve_budget(setup, context),
+        "num-examples": len(setup.partition.train),
+        "partition-id": setup.partition_id,
+        "seconds": time.perf_counter() - start,
+    }
+    return Message(RecordDict({"scores": MetricRecord(metrics)}), reply_to=msg)
+
+
+@app.train()
+def train(msg: Message, context: Context) -> Message:
+    """Train only the assigned layers (+ own head); send back only those layers' adapters."""
+    setup = client_setup(context)
+    config = msg.content["config"]
+    load_global(setup, context, from_record(msg.content["arrays"]))
+    layers = [int(i) for i in config["mask"]]
+    mask = np.zeros(len(setup.model.layer_names), dtype=bool)
+    mask[layers] = True
+    metrics = tasks.train(
+        setup.model, setup.partition.train, mask,
+        steps=int(config["local-steps"]), batch_size=int(config["batch-size"]),
+        lr=float(config["lr"]), head_lr=float(config["head-lr"]),
+        weight_decay=float(config["weight-decay"]),
+        seed=setup.config.seed * 1_000_003 + int(config["server-round"]) * 1_009
+        + setup.partition_id,
+        device=setup.device,
+    )
+    save_personal(context, tasks.get_personal_state(setup.model))
+    reply = {**metrics, "num-examples": len(setup.partition.train),
+             "partition-id": setup.partition_id}
+    arrays = to_record(tasks.get_layer_state(setup.model, layers))
+    return Message(RecordDict({"arrays": arrays, "metrics": MetricRecord(reply)}), reply_to=msg)
+
+
+@app.evaluate()
+def evaluate(msg: Message, context: Context) -> Message:
+    """Evaluate the global adapters with this client's own head on its own test split."""
+    setup = client_setup(context)
+    load_global(setup, context, from_record(msg.content["arrays"]))
+    metrics = tasks.evaluate(setup.model, setup.partition.test,
+                             batch_size=max(64, setup.config.batch_size), device=setup.device)
+    metrics["num-examples"] = int(metrics.pop("num_examples"))
+    metrics["partition-id"] = setup.partition_id
+    if setup.partition.task == "vqa":
+        metrics["majority-accuracy"] = tasks.majority_accuracy(setup.partition.test)
+    return Message(RecordDict({"metrics": MetricRecord(metrics)}), reply_to=msg)

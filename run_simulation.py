@@ -1,0 +1,144 @@
+"""Run the F3OCUS Flower app in-process with Flower's Simulation Engine (Ray backend).
+
+    python run_simulation.py [--config conf/x.toml] [--run-config "key=value ..."] [--num-clients N]
+
+Settings come from pyproject.toml's [tool.flwr.app.config], then the --config file, then
+--run-config; they are validated before Ray starts. Shows a progress bar over rounds, prints a
+per-client table at the end and exits non-zero if the run failed.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import sys
+import time
+from pathlib import Path
+
+import tomllib
+
+from server_app.config import PROJECT_ROOT, ConfigError, RunConfig, default_config, parse_budgets
+
+SERVER_APP = "server_app.app:app"
+CLIENT_APP = "client_app.app:app"
+
+
+def load_overrides(config_file: str | None, run_config: list[str]) -> dict[str, object]:
+    """--config file values, then --run-config values (Flower's own "k=v" syntax)."""
+    from flwr.common.config import parse_config_args
+
+    overrides: dict[str, object] = {}
+    if config_file:
+        path = Path(config_file)
+        if not path.is_file():
+            raise ConfigError(f"--config {config_file!r}: no such file")
+        with open(path, "rb") as fh:
+            overrides.update(tomllib.load(fh))
+    overrides.update(parse_config_args(run_config))
+    return overrides
+
+
+def resolve(overrides: dict[str, object]) -> RunConfig:
+    """Fuse defaults and overrides, validate, and fix a run name so the results can be found."""
+    from server_app.app import STRATEGIES
+
+    values = {**default_config(), **overrides}
+    config = RunConfig.from_mapping(values, strategies=STRATEGIES)
+    if not config.run_name and not config.resume_from:
+        values["run-name"] = f"{config.strategy}-{config.optimizer}-{time.strftime('%Y%m%d-%H%M%S')}"
+    values["progress-bar"] = True
+    return RunConfig.from_mapping(values, strategies=STRATEGIES)
+
+
+def simulate(config: RunConfig, num_clients: int, client_cpus: float, client_gpus: float) -> None:
+    """Run the app exactly as ``flwr run`` does in its simulation process, but in this process."""
+    from flwr.app import Context, RecordDict
+    from flwr.common.constant import RUN_ID_NUM_BYTES, SUPERLINK_NODE_ID, TASK_ID_NUM_BYTES
+    from flwr.server.superlink.linkstate.utils import generate_rand_int_from_bytes
+    from flwr.simulation.run_simulation import _run_simulation
+    from flwr.supercore.constant import NOOP_FEDERATION_ID
+    from flwr.supercore.run import Run
+    from flwr.supercore.task_identity import TaskIdentity
+    from flwr.supercore.telemetry import EventType
+
+    values = config.to_dict()
+    run = Run.create_empty(generate_rand_int_from_bytes(RUN_ID_NUM_BYTES))
+    run.override_config = values
+    run.primary_task_id = generate_rand_int_from_bytes(TASK_ID_NUM_BYTES)
+    run.federation_id = NOOP_FEDERATION_ID
+    TaskIdentity.run_id, TaskIdentity.task_id = run.run_id, run.primary_task_id
+    TaskIdentity.node_id = SUPERLINK_NODE_ID
+    context = Context(run_id=run.run_id, node_id=0, node_config={}, state=RecordDict(),
+                      run_config=values)
+    _run_simulation(
+        num_supernodes=num_clients,
+        exit_event=EventType.FLWR_SIMULATION_RUN_LEAVE,
+        server_app_attr=SERVER_APP,
+        client_app_attr=CLIENT_APP,
+        backend_config={"client_resources": {"num_cpus": client_cpus, "num_gpus": client_gpus},
+                        "init_args": {"logging_level": "ERROR", "log_to_driver": True}},
+        app_dir=str(PROJECT_ROOT),
+        run=run,
+        server_app_context=context,
+        is_app=True,
+    )
+
+
+def client_table(run_dir: Path) -> str:
+    """Final per-client table from the last round of ``clients.jsonl``."""
+    rows = [json.loads(line) for line in (run_dir / "clients.jsonl").read_text().splitlines()]
+    last = max(r["round"] for r in rows)
+    lines = [f"{'client':>6} {'budget':>6} {'layers':<24} {'score':>7} {'majority':>8} {'MB up':>7}"]
+    for row in sorted((r for r in rows if r["round"] == last), key=lambda r: r["partition-id"]):
+        ev = row["evaluate"] or {}
+        score = ev.get("accuracy", ev.get("f1_micro", float("nan")))
+        lines.append(f"{row['partition-id']:>6} {row['budget'] or '-':>6} "
+                     f"{','.join(map(str, row['mask'] or [])):<24} {score:7.4f} "
+                     f"{ev.get('majority-accuracy', float('nan')):8.4f} "
+                     f"{row['bytes-up'] / 1e6:7.2f}")
+    return "\n".join(lines)
+
+
+def run_dir_of(config: RunConfig) -> Path:
+    from server_app.app import run_directory
+
+    return run_directory(config)
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser.add_argument("--config", help="TOML file of run-config keys (e.g. conf/task1-hetero.toml)")
+    parser.add_argument("--run-config", action="append", default=[],
+                        help='overrides, e.g. "strategy=\'lntk\' num-server-rounds=3"')
+    parser.add_argument("--num-clients", type=int, default=None,
+                        help="virtual SuperNodes (default: number of budgets, or 5)")
+    parser.add_argument("--client-cpus", type=float, default=2.0, help="CPUs per ClientApp")
+    parser.add_argument("--client-gpus", type=float, default=0.0,
+                        help="GPU share per ClientApp (0.25 lets four clients share one GPU)")
+    args = parser.parse_args(argv)
+    try:
+        config = resolve(load_overrides(args.config, args.run_config))
+        num_clients = args.num_clients or len(parse_budgets(config.budgets)) or 5
+        if num_clients < 1:
+            raise ConfigError(f"--num-clients {num_clients} must be >= 1")
+    except (ConfigError, ValueError) as err:
+        print(f"error: {err}", file=sys.stderr)
+        return 2
+    run_dir = run_dir_of(config)
+    try:
+        simulate(config, num_clients, args.client_cpus, args.client_gpus)
+    except (Exception, SystemExit) as err:  # noqa: BLE001 - report any failure as an exit code
+        print(f"error: the run failed: {err}", file=sys.stderr)
+        return 1
+    rounds = (run_dir / "rounds.jsonl")
+    done = len(rounds.read_text().splitlines()) if rounds.exists() else 0
+    if done < config.num_server_rounds:
+        print(f"error: only {done} of {config.num_server_rounds} rounds completed ({run_dir})",
+              file=sys.stderr)
+        return 1
+    print(f"\nResults: {run_dir}\n{client_table(run_dir)}")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
