@@ -25,7 +25,7 @@ ALGORITHMS: tuple[str, ...] = (*_SEARCHES, *reference.SOLVERS)
 
 # name -> (lowest, highest, lowest is allowed); integer params are those with int defaults
 _RANGES = {
-    "pop_size": (2, None, True),
+    "pop_size": (1, None, True),
     "n_gen": (1, None, True),
     "limit": (1, None, True),
     "mutation_rate": (0.0, 1.0, True),

@@ -50,6 +50,14 @@ class LayerProblem(Problem):
         out["F"] = np.column_stack((-importance, diversity))
 
 
+class LayerNSGA2(NSGA2):
+    """pymoo's NSGA2; ``opt`` is left as the whole population because the result is taken
+    from the Pareto archive, which saves pymoo's per-generation feasibility scan."""
+
+    def _set_optimum(self, **kwargs):
+        self.opt = self.pop
+
+
 class _ArchiveFeed(Callback):
     def __init__(self, archive: ParetoArchive, instance: Instance) -> None:
         super().__init__()
@@ -57,7 +65,7 @@ class _ArchiveFeed(Callback):
 
     def notify(self, algorithm) -> None:
         off = algorithm.off
-        x, f = off.get("X"), off.get("F")
+        x, f = np.array([ind.X for ind in off]), np.array([ind.F for ind in off])
         inst = self.instance
         masks = x.reshape(len(x), inst.n_clients, inst.n_layers).astype(bool, copy=False)
         self.archive.add(masks, -f[:, 0], f[:, 1])
@@ -76,7 +84,7 @@ def run(
 ) -> None:
     """Run NSGA-II, feeding ``archive``; ``mutation_rate`` is the per-individual
     mutation probability (§C.3: 0.5), ``crossover_rate`` the per-mating one."""
-    algorithm = NSGA2(
+    algorithm = LayerNSGA2(
         pop_size=pop_size,
         sampling=ImportanceSampling(),
         selection=TournamentSelection(func_comp=dominance_tournament),

@@ -77,18 +77,19 @@ class SwapMutation(Mutation):
 
 
 class ExactDuplicates(DuplicateElimination):
-    """Drop offspring identical to another offspring or to an individual of ``other``.
-    Rows are compared as packed bytes (O(P) hashing instead of pymoo's O(P^2) distances)."""
+    """Drop offspring identical to another offspring or to an individual of ``other``,
+    comparing the raw bytes of the boolean decision vectors through a hash set (O(P)
+    instead of pymoo's O(P^2) distance matrix)."""
 
     def _do(self, pop, other, is_duplicate):
-        keys = [row.tobytes() for row in np.packbits(pop.get("X").astype(bool), axis=1)]
+        keys = [ind.X.tobytes() for ind in pop]
         if other is None:
             seen: set[bytes] = set()
             for i, key in enumerate(keys):
                 is_duplicate[i] = key in seen
                 seen.add(key)
         else:
-            known = {row.tobytes() for row in np.packbits(other.get("X").astype(bool), axis=1)}
+            known = {ind.X.tobytes() for ind in other}
             is_duplicate[:] = [key in known for key in keys]
         return is_duplicate
 
@@ -97,12 +98,12 @@ def dominance_tournament(pop, P, random_state=None, **kwargs):
     """Binary tournament of pymoo's NSGA-II (``comp_by_dom_and_crowding``) vectorised over
     all tournaments: the dominating individual wins, else the larger crowding distance,
     else a coin flip. Pass to ``TournamentSelection(func_comp=...)``."""
-    f = pop.get("F")
-    crowding = pop.get("crowding")
+    f = np.array([ind.F for ind in pop])
+    crowding = np.array([ind.get("crowding") for ind in pop])
     a, b = P[:, 0], P[:, 1]
     fa, fb = f[a], f[b]
     a_dom = np.all(fa <= fb, axis=1) & np.any(fa < fb, axis=1)
     b_dom = np.all(fb <= fa, axis=1) & np.any(fb < fa, axis=1)
     coin = random_state.random(len(a)) < 0.5
-    a_wins = a_dom | (~b_dom & ((crowding[a] > crowding[b]) | ((crowding[a] == crowding[b]) & coin)))
-    return np.where(a_wins, a, b)[:, None]
+    wider = (crowding[a] > crowding[b]) | ((crowding[a] == crowding[b]) & coin)
+    return np.where(a_dom | (~b_dom & wider), a, b)[:, None]

@@ -1,0 +1,158 @@
+"""Benchmark every algorithm on one random instance (a script, not a timed test).
+
+    python -m metaheuristics.bench --clients 10 --layers 32 \\
+        --budgets 6,6,4,4,2,6,6,4,4,2 --pop 50 --gens 20 --repeats 5 --json
+
+Instance: client i's scores are a Dirichlet(1, ..., 1) draw over the L layers (non-negative,
+row sums 1), all rows from ``numpy.random.default_rng(--seed)``; without ``--budgets``,
+budgets are then drawn from the same generator, uniform in 1..min(8, L).
+
+Per algorithm: one untimed warm-up call, then ``--repeats`` runs with seeds seed, seed+1, …
+(``paper-ga`` only ``--paper-ga-repeats`` runs, default 1: one run takes about a minute at
+10 x 32). Reported: ``median_s`` (wall time of ``optimize``), ``hv`` (median hypervolume
+of the returned fronts, normalised objectives, indicators.py), ``hv_ratio`` = hv / hv of a
+reference run (nsga2 with 4x the population and 10x the generations on the same instance,
+seed --seed; described in the ``reference`` field), ``front_size`` (median), and
+``budgets_ok`` (every returned mask and front member has exactly k_i layers per client).
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import statistics
+import time
+from collections.abc import Sequence
+
+import numpy as np
+
+from metaheuristics.api import ALGORITHMS, optimize
+from metaheuristics.indicators import hypervolume
+from metaheuristics.result import Assignment
+
+
+def make_scores(
+    clients: int, layers: int, seed: int, budgets: Sequence[int] | None
+) -> tuple[np.ndarray, list[int]]:
+    """Dirichlet(1) score rows and budgets (random in 1..min(8, L) when not given)."""
+    rng = np.random.default_rng(seed)
+    scores = rng.dirichlet(np.ones(layers), size=clients)
+    if budgets is None:
+        budgets = rng.integers(1, min(8, layers) + 1, size=clients).tolist()
+    return scores, list(budgets)
+
+
+def _budgets_ok(result: Assignment, budgets: Sequence[int]) -> bool:
+    ks = np.asarray(budgets)
+    return bool((result.masks.sum(axis=1) == ks).all() and (result.front.masks.sum(axis=2) == ks).all())
+
+
+def _run(scores, budgets, algorithm, seed, pop, gens) -> tuple[float, Assignment]:
+    start = time.perf_counter()
+    result = optimize(scores, budgets, algorithm=algorithm, seed=seed, pop_size=pop, n_gen=gens)
+    return time.perf_counter() - start, result
+
+
+def bench(args: argparse.Namespace) -> list[dict]:
+    scores, budgets = make_scores(args.clients, args.layers, args.seed, args.budgets)
+    instance = (scores, budgets)
+    ref_pop, ref_gens = 4 * args.pop, 10 * args.gens
+    ref_s, ref = _run(scores, budgets, "nsga2", args.seed, ref_pop, ref_gens)
+    ref_hv = hypervolume(ref.front.importance, ref.front.diversity, instance=instance)
+    reference = {
+        "algorithm": "nsga2",
+        "pop_size": ref_pop,
+        "n_gen": ref_gens,
+        "seed": args.seed,
+        "hv": round(ref_hv, 6),
+        "seconds": round(ref_s, 3),
+    }
+    rows = []
+    for name in args.algorithms:
+        repeats = min(args.repeats, args.paper_ga_repeats) if name == "paper-ga" else args.repeats
+        if name != "paper-ga":
+            _run(scores, budgets, name, args.seed, args.pop, args.gens)
+        times, hvs, sizes, ok = [], [], [], True
+        for r in range(repeats):
+            seconds, result = _run(scores, budgets, name, args.seed + r, args.pop, args.gens)
+            times.append(seconds)
+            front = result.front
+            hvs.append(hypervolume(front.importance, front.diversity, instance=instance))
+            sizes.append(len(front))
+            ok = ok and _budgets_ok(result, budgets)
+        hv = statistics.median(hvs)
+        rows.append(
+            {
+                "name": name,
+                "median_s": round(statistics.median(times), 4),
+                "hv": round(hv, 6),
+                "hv_ratio": round(hv / ref_hv, 4),
+                "front_size": int(statistics.median(sizes)),
+                "budgets_ok": ok,
+                "repeats": repeats,
+                "clients": args.clients,
+                "layers": args.layers,
+                "pop_size": args.pop,
+                "n_gen": args.gens,
+                "reference": reference,
+            }
+        )
+    return rows
+
+
+def _int_list(text: str) -> list[int]:
+    try:
+        return [int(v) for v in text.split(",")]
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"expected comma-separated ints, got {text!r}") from None
+
+
+def _algorithm_list(text: str) -> list[str]:
+    names = text.split(",")
+    unknown = [n for n in names if n not in ALGORITHMS]
+    if unknown:
+        raise argparse.ArgumentTypeError(f"unknown algorithm(s) {unknown}; known: {ALGORITHMS}")
+    return names
+
+
+def main(argv: Sequence[str] | None = None) -> None:
+    parser = argparse.ArgumentParser(prog="python -m metaheuristics.bench", description=__doc__)
+    parser.add_argument("--clients", type=int, default=10)
+    parser.add_argument("--layers", type=int, default=32)
+    parser.add_argument("--budgets", type=_int_list, default=None)
+    parser.add_argument("--pop", type=int, default=50)
+    parser.add_argument("--gens", type=int, default=20)
+    parser.add_argument("--repeats", type=int, default=5)
+    parser.add_argument("--paper-ga-repeats", type=int, default=1)
+    parser.add_argument("--seed", type=int, default=0)
+    parser.add_argument("--algorithms", type=_algorithm_list, default=list(ALGORITHMS))
+    parser.add_argument("--json", action="store_true", help="one JSON object per line")
+    args = parser.parse_args(argv)
+    for name in ("clients", "layers", "pop", "gens", "repeats", "paper_ga_repeats"):
+        if getattr(args, name) < 1:
+            parser.error(f"--{name.replace('_', '-')} must be >= 1, got {getattr(args, name)}")
+    try:
+        rows = bench(args)
+    except ValueError as err:
+        parser.error(str(err))
+    if args.json:
+        for row in rows:
+            print(json.dumps(row))
+        return
+    ref = rows[0]["reference"] if rows else {}
+    print(
+        f"instance {args.clients} clients x {args.layers} layers, pop {args.pop}, "
+        f"gens {args.gens}; reference: nsga2 pop {ref.get('pop_size')} gens "
+        f"{ref.get('n_gen')}, hv {ref.get('hv')}"
+    )
+    print("| algorithm | median s | hv | hv ratio | front | budgets ok | runs |")
+    print("|---|---:|---:|---:|---:|---|---:|")
+    for r in rows:
+        print(
+            f"| {r['name']} | {r['median_s']:.4f} | {r['hv']:.4f} | {r['hv_ratio']:.4f} "
+            f"| {r['front_size']} | {r['budgets_ok']} | {r['repeats']} |"
+        )
+
+
+if __name__ == "__main__":
+    main()
