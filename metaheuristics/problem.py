@@ -39,10 +39,18 @@ class Instance:
         return self.scores.shape[1]
 
     def evaluate(self, masks: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
-        """(importance, diversity) of a (P, N, L) bool population, each of shape (P,)."""
-        n_pop = masks.shape[0]
-        importance = masks.reshape(n_pop, -1).astype(np.float64) @ self.scores.ravel()
-        return importance, histogram_std(masks.sum(axis=1, dtype=np.int64))
+        """(importance, diversity) of a (P, N, L) bool population, each of shape (P,).
+
+        Works on the selected entries only (P * sum k_i of them): one ``flatnonzero`` scan,
+        then weighted and plain ``bincount`` for the importance sums and the layer counts.
+        """
+        n_pop, n_layers = masks.shape[0], self.n_layers
+        size = self.scores.size
+        flat = np.flatnonzero(masks)
+        rows, cols = np.divmod(flat, size)
+        importance = np.bincount(rows, weights=self.scores.ravel()[cols], minlength=n_pop)
+        counts = np.bincount(rows * n_layers + cols % n_layers, minlength=n_pop * n_layers)
+        return importance, histogram_std(counts.reshape(n_pop, n_layers))
 
     @cached_property
     def sampling_weights(self) -> np.ndarray:
