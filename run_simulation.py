@@ -34,7 +34,10 @@ def load_overrides(config_file: str | None, run_config: list[str]) -> dict[str, 
             raise ConfigError(f"--config {config_file!r}: no such file")
         with open(path, "rb") as fh:
             overrides.update(tomllib.load(fh))
-    overrides.update(parse_config_args(run_config))
+    try:
+        overrides.update(parse_config_args(run_config))
+    except (Exception, SystemExit) as err:  # flwr reports TOML errors in several ways
+        raise ConfigError(f"--run-config {' '.join(run_config)!r} is malformed: {err}") from None
     return overrides
 
 

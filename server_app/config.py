@@ -39,7 +39,8 @@ class ConfigError(ValueError):
 
 
 def _base(name: str) -> str:
-    return name.split(":", 1)[0]
+    """``"dirichlet:0.5"`` -> ``"dirichlet"``; ``"by-question-type[:<gamma>]"`` -> ``"by-question-type"``."""
+    return name.split(":", 1)[0].split("[", 1)[0]
 
 
 def parse_budgets(text: str, key: str = "budgets") -> list[int | str]:

@@ -9,8 +9,8 @@ from __future__ import annotations
 from collections.abc import Callable, Iterable
 
 from flwr.app import Context, Error, Message, RecordDict
-from flwr.serverapp import Grid
 from flwr.common.constant import SUPERLINK_NODE_ID
+from flwr.serverapp import Grid
 from flwr.supercore.run import Run
 from flwr.supercore.task_identity import TaskIdentity
 
