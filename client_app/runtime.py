@@ -67,10 +67,10 @@ def client_setup(context: Context) -> ClientSetup:
     return ClientSetup(config, pid, num, partition, model, initial, device)
 
 
-def load_global(setup: ClientSetup, context: Context, state: dict[str, np.ndarray]) -> None:
+def load_global(setup: ClientSetup, context: Context, state: dict[str, np.ndarray], run_dir: str) -> None:
     """Load the global adapters and this client's own personal state into the cached model."""
     tasks.set_layer_state(setup.model, state)
-    tasks.set_personal_state(setup.model, load_personal(context) or setup.initial_personal)
+    tasks.set_personal_state(setup.model, load_personal(context, run_dir) or setup.initial_personal)
 
 
 def resolve_budget(setup: ClientSetup, context: Context) -> int:

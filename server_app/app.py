@@ -56,6 +56,7 @@ def build_strategy(config: RunConfig, num_layers: int, recorder: Recorder) -> La
         train_config={"local-steps": config.local_steps, "batch-size": config.batch_size,
                       "head-lr": config.head_lr, "weight-decay": config.weight_decay},
         score_config={"score-mode": config.score_mode, "score-batch-size": config.score_batch_size},
+        common_config={"run-dir": str(recorder.run_dir)},
         lr_schedule=lambda r: tasks.round_lr(config.lr, r, config.num_server_rounds,
                                              config.warmup_fraction),
         fraction_train=config.fraction_train,

@@ -68,6 +68,9 @@ class RoundLog:
         direction[node_id] = direction.get(node_id, 0) + count
 
 
+NOT_METRICS = ("num-examples", "partition-id")
+
+
 def weighted_means(per_client: dict[int, dict]) -> dict[str, float]:
     """Example-weighted mean of every numeric metric the clients reported."""
     weights = {node: m.get("num-examples", 0) for node, m in per_client.items()}
@@ -75,7 +78,7 @@ def weighted_means(per_client: dict[int, dict]) -> dict[str, float]:
     if total <= 0:
         return {}
     keys = {k for m in per_client.values() for k, v in m.items()
-            if isinstance(v, int | float) and k != "num-examples"}
+            if isinstance(v, int | float) and k not in NOT_METRICS}
     return {k: sum(weights[n] * m[k] for n, m in per_client.items() if k in m) / total
             for k in sorted(keys)}
 
@@ -84,7 +87,8 @@ class LayerSelectionStrategy(Strategy):
     """Layer-selecting federated fine-tuning with masked aggregation (F3OCUS and baselines).
 
     ``train_config`` and ``score_config`` are sent to clients as they are (plus round, mask and
-    learning rate); ``lr_schedule(round)`` gives the round's learning rate. ``aggregator`` is the
+    learning rate), ``common_config`` with every message; ``lr_schedule(round)`` gives the
+    round's learning rate. ``aggregator`` is the
     replaceable aggregation step; it may return per-client global models, which are then sent to
     those clients instead of the shared one.
     """
@@ -96,6 +100,7 @@ class LayerSelectionStrategy(Strategy):
         *,
         train_config: dict | None = None,
         score_config: dict | None = None,
+        common_config: dict | None = None,
         lr_schedule: Callable[[int], float] | None = None,
         aggregator: Aggregator = masked_fedavg,
         fraction_train: float = 1.0,
@@ -108,6 +113,7 @@ class LayerSelectionStrategy(Strategy):
         self.num_layers = num_layers
         self.train_config = dict(train_config or {})
         self.score_config = dict(score_config or {})
+        self.common_config = dict(common_config or {})
         self.lr_schedule = lr_schedule
         self.aggregator = aggregator
         self.fraction_train = fraction_train
@@ -139,7 +145,7 @@ class LayerSelectionStrategy(Strategy):
         return replies
 
     def _message(self, node_id: int, kind: str, config: dict, arrays: ArrayRecord | None) -> Message:
-        content = RecordDict({CONFIG_KEY: ConfigRecord(config)})
+        content = RecordDict({CONFIG_KEY: ConfigRecord({**self.common_config, **config})})
         if arrays is not None:
             content[ARRAYS_KEY] = arrays
             self.round_log.add_bytes(self.round_log.bytes_down, node_id, record_bytes(arrays))
