@@ -13,8 +13,8 @@ local steps to fit the client's answers, so it may get its own (larger) learning
 `round_lr` is §C.3's schedule per communication round: linear warm-up over the first
 ceil(warmup_frac · num_rounds) rounds, then linear decay (following [11]'s linear schedule).
 Deviation: HF's step schedule starts warm-up at 0 and ends decay at 0, which would waste the first
-and last rounds; here round r of W warm-up rounds gets r/W, and the decay reaches 1/(N-W+1) of
-base_lr in the last round.
+and last rounds; here round r <= W gets r/W · base_lr, round W+1 gets base_lr, and the decay
+reaches base_lr/(N-W) in the last round N.
 """
 
 from __future__ import annotations
@@ -140,7 +140,7 @@ def round_lr(base_lr: float, server_round: int, num_rounds: int, warmup_frac: fl
     warmup = math.ceil(warmup_frac * num_rounds)
     if server_round <= warmup:
         return base_lr * server_round / warmup
-    return base_lr * (num_rounds - server_round + 1) / (num_rounds - warmup + 1)
+    return base_lr * (num_rounds - server_round + 1) / (num_rounds - warmup)
 
 
 def _batches(n: int, steps: int, batch_size: int, seed: int) -> list[np.ndarray]:

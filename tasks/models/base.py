@@ -70,15 +70,13 @@ class FederatedVLM(nn.Module):
             bad = (targets < 0) | (targets >= self.num_outputs)
             if bad.any():
                 raise ValueError(
-                    f"sample target {int(targets[bad][0])} is outside the head's "
-                    f"{self.num_outputs} outputs"
+                    f"sample target {int(targets[bad][0])} is outside the head's {self.num_outputs} outputs"
                 )
             return torch.from_numpy(targets.astype(np.int64))
         targets = np.stack([np.asarray(s.target, dtype=np.float32) for s in samples])
         if targets.shape != (len(samples), self.num_outputs):
             raise ValueError(
-                f"multilabel sample targets must have shape ({self.num_outputs},), "
-                f"got {targets.shape[1:]}"
+                f"multilabel sample targets must have shape ({self.num_outputs},), got {targets.shape[1:]}"
             )
         return torch.from_numpy(targets)
 
@@ -119,15 +117,20 @@ def images_to_tensor(
     mean: float | Sequence[float],
     std: float | Sequence[float],
 ) -> torch.Tensor:
-    """(B, 3, size, size) float32: RGB uint8 images resized (bilinear, antialiased) and normalised."""
-    out = []
-    for s in samples:
-        img = np.asarray(s.image)
+    """(B, 3, size, size) float32: RGB uint8 images, resized (bilinear, antialiased), normalised."""
+    images = [np.asarray(s.image) for s in samples]
+    for img in images:
         if img.ndim != 3 or img.shape[2] != 3 or img.dtype != np.uint8:
             raise ValueError(
                 f"sample image must be an (H, W, 3) uint8 array, got shape {img.shape} {img.dtype}"
             )
-        x = torch.from_numpy(np.ascontiguousarray(img)).permute(2, 0, 1)[None].float() / 255.0
+    if len({img.shape for img in images}) == 1:
+        groups = [np.stack(images)]
+    else:
+        groups = [img[None].copy() for img in images]
+    out = []
+    for block in groups:
+        x = torch.from_numpy(block).permute(0, 3, 1, 2).float() / 255.0
         if x.shape[-2:] != (size, size):
             x = F.interpolate(x, size=(size, size), mode="bilinear", antialias=True)
         out.append(x)
