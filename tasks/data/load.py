@@ -14,6 +14,8 @@ import numpy as np
 
 from tasks.data.easyvqa import load_easy_vqa
 from tasks.data.medmnist import load_medmnist_vqa
+from tasks.data.mixed import PREFIX as MIXED_PREFIX
+from tasks.data.mixed import load_mixed
 from tasks.data.partition import parse_partitioner, split_indices
 from tasks.data.synthetic import load_synthetic, load_synthetic_multilabel
 from tasks.data.transforms import apply_modality
@@ -25,6 +27,7 @@ DATASETS: tuple[str, ...] = (
     "synthetic",
     "synthetic-multilabel",
     "medmnist-vqa:<dir>",
+    "mixed:<dataset>+<dataset>[+...]",
 )
 
 _LOADERS: dict[str, Callable[[int], Source]] = {
@@ -68,7 +71,13 @@ def load_partition(
 
     Raises ValueError for an unknown dataset or partitioner, a bad gamma, id or count, or a
     partition left without train or test samples; FileNotFoundError for a missing medmnist dir.
+    A ``mixed:<a>+<b>`` data set gives client i a share of component i mod 2 (`tasks.data.mixed`).
     """
+    if isinstance(dataset, str) and dataset.startswith(MIXED_PREFIX):
+        _check_int("num_partitions", num_partitions, 1)
+        _check_int("partition_id", partition_id, 0, num_partitions)
+        return load_mixed(dataset, int(partition_id), int(num_partitions), partitioner, seed,
+                          max_train, max_test)
     load = _resolve(dataset)
     spec = parse_partitioner(partitioner)
     _check_int("num_partitions", num_partitions, 1)
