@@ -10,8 +10,11 @@ from __future__ import annotations
 import numpy as np
 from pymoo.core.crossover import Crossover
 from pymoo.core.duplicate import DuplicateElimination
+from pymoo.core.infill import InfillCriterion
 from pymoo.core.mutation import Mutation
+from pymoo.core.population import Population
 from pymoo.core.sampling import Sampling
+from pymoo.core.variable import get
 
 from metaheuristics.moves import sample_subsets, swap_one, top_k, union_resample
 
@@ -107,3 +110,43 @@ def dominance_tournament(pop, P, random_state=None, **kwargs):
     coin = random_state.random(len(a)) < 0.5
     wider = (crowding[a] > crowding[b]) | ((crowding[a] == crowding[b]) & coin)
     return np.where(a_dom | (~b_dom & wider), a, b)[:, None]
+
+
+class ArrayMating(InfillCriterion):
+    """pymoo's mating step (selection, crossover with probability ``crossover.prob``,
+    mutation with probability ``mutation.prob``, removal of duplicates of parents and of
+    each other) done on plain arrays. pymoo's ``Mating`` builds a Population of Individual
+    objects after every stage, which costs more than the whole vectorised search at the
+    paper's sizes; this builds only the final offspring Population. Pass as ``mating=``.
+    """
+
+    def __init__(self, selection, crossover: Crossover, mutation: Mutation) -> None:
+        super().__init__(n_max_iterations=100)
+        self.selection, self.crossover, self.mutation = selection, crossover, mutation
+
+    def do(self, problem, pop, n_offsprings, random_state=None, **kwargs):
+        parents_x = np.array([ind.X for ind in pop])
+        seen = {x.tobytes() for x in parents_x}
+        offspring: list[np.ndarray] = []
+        for _ in range(self.n_max_iterations):
+            n_matings = -(-(n_offsprings - len(offspring)) // self.crossover.n_offsprings)
+            mates = self.selection.do(
+                problem, pop, n_matings, n_parents=2, to_pop=False, random_state=random_state, **kwargs
+            )
+            x = parents_x[mates.T]
+            children = x.copy()
+            cross = random_state.random(n_matings) < get(self.crossover.prob)
+            if cross.any():
+                children[:, cross] = self.crossover._do(problem, x[:, cross], random_state=random_state)
+            children = children.reshape(-1, x.shape[-1])
+            mutate = random_state.random(len(children)) < get(self.mutation.prob)
+            if mutate.any():
+                children[mutate] = self.mutation._do(problem, children[mutate], random_state=random_state)
+            for child in children:
+                key = child.tobytes()
+                if key not in seen:
+                    seen.add(key)
+                    offspring.append(child)
+            if len(offspring) >= n_offsprings:
+                break
+        return Population.new("X", np.array(offspring[:n_offsprings]).reshape(-1, parents_x.shape[1]))

@@ -8,6 +8,7 @@ import json
 import numpy as np
 import pytest
 from pymoo.core.population import Population
+from pymoo.operators.selection.tournament import TournamentSelection
 
 from metaheuristics import hypervolume, normalize_front
 from metaheuristics.archive import ParetoArchive, nondominated, pick_index
@@ -16,10 +17,12 @@ from metaheuristics.indicators import Bounds, instance_bounds
 from metaheuristics.moves import resample_one_row, sample_subsets, swap_one, union_resample
 from metaheuristics.nsga2 import LayerProblem
 from metaheuristics.operators import (
+    ArrayMating,
     ImportanceSampling,
     RowCrossover,
     SwapMutation,
     UnionCrossover,
+    dominance_tournament,
 )
 from metaheuristics.paper_ga import _PaperGA
 from metaheuristics.problem import make_instance
@@ -161,6 +164,26 @@ def test_pymoo_operators_preserve_budgets():
     mutated = SwapMutation(prob=1.0).do(problem, Population.new("X", x.copy()), random_state=rng).get("X")
     np.testing.assert_array_equal(mutated.reshape(30, 5, 8).sum(axis=2), ks)
     assert np.all((mutated != x).sum(axis=1) == 2)
+
+
+def test_array_mating_returns_unique_new_offspring_within_budget():
+    instance = make_instance(dirichlet(4, 6, 1), [2, 3, 1, 4])
+    problem = LayerProblem(instance)
+    rng = np.random.default_rng(0)
+    x = ImportanceSampling().do(problem, 12, random_state=rng).get("X")
+    pop = Population.new("X", x)
+    imp, div = instance.evaluate(x.reshape(12, 4, 6))
+    pop.set("F", np.column_stack((-imp, div)), "crowding", np.ones(12))
+    mating = ArrayMating(
+        TournamentSelection(func_comp=dominance_tournament), RowCrossover(0.5), SwapMutation(prob=1.0)
+    )
+    off = mating.do(problem, pop, 12, random_state=rng).get("X")
+    assert off.shape == (12, 24)
+    ks = np.broadcast_to(instance.budgets, (12, 4))
+    np.testing.assert_array_equal(off.reshape(12, 4, 6).sum(axis=2), ks)
+    keys = [row.tobytes() for row in off]
+    assert len(set(keys)) == 12
+    assert not set(keys) & {row.tobytes() for row in x}
 
 
 def test_paper_ga_python_objectives_match_the_vectorised_ones():
