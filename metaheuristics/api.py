@@ -103,6 +103,7 @@ def optimize(
     Raises:
         ValueError: naming the argument and the offending value.
     """
+    start = time.perf_counter()
     instance = make_instance(scores, budgets)
     if algorithm not in ALGORITHMS:
         raise ValueError(f"algorithm: unknown {algorithm!r} (known: {', '.join(ALGORITHMS)})")
@@ -112,7 +113,6 @@ def optimize(
         raise ValueError(f"pick: unknown {pick!r} (known: {', '.join(PICKS)})")
     settings = _check_params(algorithm, params)
     archive = ParetoArchive(instance, pick)
-    start = time.perf_counter()
     if algorithm in _SEARCHES:
         _SEARCHES[algorithm].run(instance, archive, int(seed), **settings)
     else:
