@@ -9,7 +9,7 @@ import torch
 import tasks.lntk as lntk
 from tasks import build_model, layer_parameter_names, layer_scores
 from tasks.lntk import principal_eigenvalue
-from tests.test_models import make_samples
+from tests.test_models import make_samples, save_tiny_git
 
 
 def brute_force_eigenvalues(model, samples, mode: str) -> np.ndarray:
@@ -55,6 +55,13 @@ def test_eigenvalues_are_exact(adapter, mode, samples):
     assert relative_error(result.eigenvalues, expected) <= 1e-6
     np.testing.assert_allclose(result.scores, expected / expected.sum(), rtol=1e-6)
     assert result.seconds > 0
+
+
+def test_generic_hf_checkpoint_eigenvalues_are_exact(tmp_path, samples):
+    save_tiny_git(tmp_path)
+    model = build_model(f"hf:{tmp_path}", 5).double()
+    expected = brute_force_eigenvalues(model, samples[:4], "loss")
+    assert relative_error(layer_scores(model, samples[:4]).eigenvalues, expected) <= 1e-6
 
 
 def test_lora_at_initialisation_only_b_has_gradient(samples):

@@ -6,7 +6,7 @@ import numpy as np
 import pytest
 import torch
 from torch import nn
-from transformers import ViltModel
+from transformers import GitConfig, GitModel, ViltModel
 
 from tasks import MODELS, Sample, build_model, get_layer_state, get_personal_state
 from tasks.models.hf import find_blocks, tiny_vilt_config
@@ -89,6 +89,37 @@ def test_hf_directory_discovers_vilt_blocks(tmp_path):
     own = {k: v for k, v in model.backbone.state_dict().items() if "lora_" not in k}
     key = "encoder.layer.0.attention.attention.query.base_layer.weight"
     assert torch.equal(own[key], saved["encoder.layer.0.attention.attention.query.weight"])
+
+
+def save_tiny_git(path) -> None:
+    """A tiny random GIT checkpoint (text blocks: 3, vision blocks: 2) saved to `path`."""
+    torch.manual_seed(0)
+    vision = {
+        "hidden_size": 32,
+        "intermediate_size": 64,
+        "num_hidden_layers": 2,
+        "num_attention_heads": 2,
+        "image_size": 32,
+        "patch_size": 8,
+    }
+    config = GitConfig(
+        vision_config=vision,
+        hidden_size=32,
+        num_hidden_layers=3,
+        num_attention_heads=2,
+        intermediate_size=64,
+        max_position_embeddings=64,
+    )
+    GitModel(config).save_pretrained(path)
+
+
+def test_hf_directory_generic_checkpoint(tmp_path):
+    """A non-ViLT checkpoint (tiny GIT) runs its own forward; the longest block list is chosen."""
+    save_tiny_git(tmp_path)
+    model = build_model(f"hf:{tmp_path}", num_outputs=3)
+    assert type(model).__name__ == "GenericHFVLM"
+    assert model.layer_names == [f"backbone.encoder.layer.{i}" for i in range(3)]
+    assert model(model.collate(make_samples(2, classes=3))).shape == (2, 3)
 
 
 def test_find_blocks_picks_longest_identical_modulelist_and_fails_without_one():

