@@ -1,16 +1,22 @@
 """Run the F3OCUS Flower app in-process with Flower's Simulation Engine (Ray backend).
 
     python run_simulation.py [--config conf/x.toml] [--run-config "key=value ..."] [--num-clients N]
+    python run_simulation.py --config conf/task1-hetero.toml --strategies all,lntk,f3ocus --seeds 0,1,2 \
+        [--optimizers nsga2,mopso,sa,aco,abc] [--experiment NAME]
 
 Settings come from pyproject.toml's [tool.flwr.app.config], then the --config file, then
---run-config; they are validated before Ray starts. Shows a progress bar over rounds, prints a
-per-client table at the end and exits non-zero if the run failed.
+--run-config; they are validated before Ray starts. One run shows a progress bar over rounds,
+prints a per-client table at the end and exits non-zero if the run failed. With --strategies,
+--seeds or --optimizers it runs the comparison sweep of `server_app.experiments` into
+``<results-dir>/<experiment>/`` (every run validated first, finished runs skipped) and writes its
+tables and figures with `server_app.report`.
 """
 
 from __future__ import annotations
 
 import argparse
 import json
+import shlex
 import sys
 import time
 from pathlib import Path
@@ -108,7 +114,50 @@ def run_dir_of(config: RunConfig) -> Path:
     return run_directory(config)
 
 
+def sweep(args: argparse.Namespace, overrides: dict[str, object], argv: list[str]) -> int:
+    """The strategy × seed (× optimiser) sweep, then its report."""
+    from server_app import experiments, report
+    from server_app.app import STRATEGIES
+
+    base = {**default_config(), **overrides}
+    first = RunConfig.from_mapping(base, strategies=STRATEGIES)
+    strategies = (experiments.parse_list("--strategies", args.strategies) if args.strategies is not None
+                  else [first.strategy])
+    seeds = (experiments.parse_list("--seeds", args.seeds, int) if args.seeds is not None
+             else [first.seed])
+    optimizers = (experiments.parse_list("--optimizers", args.optimizers) if args.optimizers is not None
+                  else [])
+    name = args.experiment or (Path(args.config).stem if args.config else "experiment")
+    if not name or "/" in name:
+        raise ConfigError(f"--experiment {name!r} must be a plain directory name")
+    experiment_dir = (Path(first.results_dir) / name).expanduser().resolve()
+    specs = experiments.plan(strategies, seeds, optimizers, first.optimizer)
+    experiments.validate(base, specs, experiment_dir, STRATEGIES)
+    num_clients = args.num_clients or len(parse_budgets(first.budgets)) or 5
+    if num_clients < 1:
+        raise ConfigError(f"--num-clients {num_clients} must be >= 1")
+    experiments.write_experiment(experiment_dir, {
+        "commands": [shlex.join(["python", "run_simulation.py", *argv])],
+        "config-file": args.config, "strategies": strategies, "seeds": seeds,
+        "optimizers": optimizers, "optimizer": first.optimizer, "num-clients": num_clients,
+        "client-cpus": args.client_cpus, "settings": {k: v for k, v in base.items()
+                                                      if k not in ("strategy", "seed", "run-name")},
+    })
+    print(f"Experiment {experiment_dir}: {len(specs)} runs", flush=True)
+    outcomes = experiments.run_sweep(base, specs, experiment_dir, num_clients, args.client_cpus,
+                                     args.client_gpus, echo=lambda line: print(line, flush=True))
+    written = report.write_report(experiment_dir)
+    print(f"\nReport: {', '.join(str(p.relative_to(experiment_dir)) for p in written)}")
+    print((experiment_dir / "table.md").read_text())
+    failed = [o.spec.name for o in outcomes if o.status == "failed"]
+    if failed:
+        print(f"error: {len(failed)} runs failed: {', '.join(failed)}", file=sys.stderr)
+        return 1
+    return 0
+
+
 def main(argv: list[str] | None = None) -> int:
+    argv = sys.argv[1:] if argv is None else argv
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--config", help="TOML file of run-config keys (e.g. conf/task1-hetero.toml)")
     parser.add_argument("--run-config", action="append", default=[],
@@ -118,7 +167,17 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--client-cpus", type=float, default=2.0, help="CPUs per ClientApp")
     parser.add_argument("--client-gpus", type=float, default=0.0,
                         help="GPU share per ClientApp (0.25 lets four clients share one GPU)")
+    parser.add_argument("--strategies", help="sweep: comma-separated strategies, e.g. all,lntk,f3ocus")
+    parser.add_argument("--seeds", help="sweep: comma-separated seeds, e.g. 0,1,2")
+    parser.add_argument("--optimizers", help="sweep: also run F3OCUS with each optimiser, e.g. nsga2,sa")
+    parser.add_argument("--experiment", help="sweep: results/<experiment> (default: the config file's name)")
     args = parser.parse_args(argv)
+    if any(v is not None for v in (args.strategies, args.seeds, args.optimizers)):
+        try:
+            return sweep(args, load_overrides(args.config, args.run_config), argv)
+        except (ConfigError, ValueError) as err:
+            print(f"error: {err}", file=sys.stderr)
+            return 2
     try:
         config = resolve(load_overrides(args.config, args.run_config))
         num_clients = args.num_clients or len(parse_budgets(config.budgets)) or 5

@@ -1,0 +1,387 @@
+"""Tables and figures of a sweep, from its run files only (no training):
+
+    python -m server_app.report results/<experiment>
+
+Writes into the experiment directory (see `server_app.experiments`):
+- ``table.md`` / ``table.csv``: one row per strategy (paper Tables 2 and 5): the final round's score
+  of every client and the overall mean weighted by test examples (accuracy for VQA clients, micro-F1
+  for multi-label clients, in %), uplink MB per round and seconds per round, each as mean ± sample
+  standard deviation (ddof = 1) over seeds; F3OCUS is the run with the config's optimiser;
+- ``optimizers.md``: F3OCUS with each optimiser the sweep ran (paper Tables 4 and 6);
+- ``convergence.png`` (Fig. 2): training loss per round per strategy, mean ± std over seeds;
+- ``eigenvalues.png`` (Fig. 3): principal LNTK eigenvalue per layer per client, round 1;
+- ``layer_ranks.png`` (Figs. 5 and 6): per client and round, the rank of every layer by the client's
+  own LNTK score, its own top-k (before the server step) and the F3OCUS mask (after it);
+- ``selection_histogram.png`` (Fig. 7): how often each layer is selected, ``lntk`` vs ``f3ocus``;
+- ``pareto_front.png``: the optimiser's Pareto front of the last round, the picked solution marked.
+Figures whose runs are missing (e.g. no ``lntk`` run) are skipped.
+"""
+
+from __future__ import annotations
+
+import csv
+import json
+import sys
+from collections.abc import Sequence
+from dataclasses import dataclass
+from pathlib import Path
+
+import numpy as np
+
+from server_app.config import parse_budgets
+from server_app.experiments import EXPERIMENT_FILE, RUNS, is_complete
+
+MB = 1e6
+
+
+def _lines(path: Path) -> list[dict]:
+    return [json.loads(line) for line in path.read_text().splitlines()] if path.exists() else []
+
+
+@dataclass(frozen=True)
+class Run:
+    """One finished run's files."""
+
+    name: str
+    config: dict
+    rounds: list[dict]
+    clients: list[dict]
+    fronts: list[dict]
+
+    @property
+    def strategy(self) -> str:
+        return self.config["strategy"]
+
+    @property
+    def seed(self) -> int:
+        return int(self.config["seed"])
+
+    @property
+    def group(self) -> str:
+        """Table row: the strategy, or ``f3ocus-<optimizer>``."""
+        return f"f3ocus-{self.config['optimizer']}" if self.strategy == "f3ocus" else self.strategy
+
+    def final_clients(self) -> list[dict]:
+        last = max(r["round"] for r in self.clients)
+        return sorted((r for r in self.clients if r["round"] == last and r["evaluate"]),
+                      key=lambda r: r["partition-id"])
+
+
+def client_score(row: dict) -> float:
+    """Accuracy for a VQA client, micro-F1 for a multi-label client (fraction)."""
+    ev = row["evaluate"]
+    return float(ev["accuracy"] if "accuracy" in ev else ev["f1_micro"])
+
+
+def run_metrics(run: Run) -> dict[str, float]:
+    """Per-client final scores (%), weighted overall (%), uplink MB / round, seconds / round."""
+    rows = run.final_clients()
+    scores = np.array([client_score(r) for r in rows])
+    weights = np.array([r["evaluate"]["num-examples"] for r in rows], dtype=float)
+    out = {f"c{r['partition-id']}": 100 * s for r, s in zip(rows, scores, strict=True)}
+    out["overall"] = 100 * float(scores @ weights / weights.sum())
+    out["uplink_mb"] = float(np.mean([r["bytes-up"] for r in run.rounds])) / MB
+    out["seconds"] = float(np.mean([r["seconds"] for r in run.rounds]))
+    return out
+
+
+def load_runs(experiment_dir: Path) -> tuple[list[Run], list[str]]:
+    """Complete runs under ``runs/`` and the names of incomplete ones."""
+    runs_dir = experiment_dir / RUNS
+    if not runs_dir.is_dir():
+        raise FileNotFoundError(f"experiment {str(experiment_dir)!r}: no {RUNS}/ directory")
+    runs, incomplete = [], []
+    for run_dir in sorted(p for p in runs_dir.iterdir() if p.is_dir()):
+        config_file = run_dir / "config.json"
+        config = json.loads(config_file.read_text()) if config_file.exists() else None
+        if config is None or not is_complete(run_dir, int(config["num-server-rounds"])):
+            incomplete.append(run_dir.name)
+            continue
+        runs.append(Run(run_dir.name, config, _lines(run_dir / "rounds.jsonl"),
+                        _lines(run_dir / "clients.jsonl"), _lines(run_dir / "fronts.jsonl")))
+    return runs, incomplete
+
+
+def mean_std(values: Sequence[float]) -> tuple[float, float]:
+    """Mean and sample standard deviation (ddof = 1; 0 for a single value)."""
+    arr = np.asarray(values, dtype=float)
+    return float(arr.mean()), float(arr.std(ddof=1)) if arr.size > 1 else 0.0
+
+
+def summarise(runs: Sequence[Run], groups: Sequence[str]) -> list[dict]:
+    """One row per group: seeds and mean/std of every metric of `run_metrics`."""
+    rows = []
+    for group in groups:
+        members = sorted((r for r in runs if r.group == group), key=lambda r: r.seed)
+        if not members:
+            continue
+        metrics = [run_metrics(r) for r in members]
+        keys = sorted({k for m in metrics for k in m if k.startswith("c")}, key=lambda k: int(k[1:]))
+        row: dict = {"strategy": group, "seeds": [r.seed for r in members]}
+        for key in [*keys, "overall", "uplink_mb", "seconds"]:
+            row[key] = mean_std([m[key] for m in metrics if key in m])
+        rows.append(row)
+    return rows
+
+
+def _metric_name(runs: Sequence[Run]) -> str:
+    kinds = {"accuracy" in r["evaluate"] for run in runs for r in run.final_clients()}
+    return {frozenset({True}): "accuracy", frozenset({False}): "micro-F1"}.get(
+        frozenset(kinds), "accuracy (VQA clients) / micro-F1 (multi-label clients)")
+
+
+def _client_label(key: str, budgets: list) -> str:
+    return f"client {key[1:]} (k={budgets[int(key[1:]) % len(budgets)]})" if budgets else f"client {key[1:]}"
+
+
+def markdown_table(rows: Sequence[dict], budgets: list) -> str:
+    clients = [k for k in rows[0] if k.startswith("c") and k[1:].isdigit()]
+    head = ["strategy", "seeds", *[_client_label(k, budgets) for k in clients], "overall",
+            "uplink MB / round", "s / round"]
+    lines = ["| " + " | ".join(head) + " |", "|" + "|".join(["---"] * len(head)) + "|"]
+    for row in rows:
+        cells = [row["strategy"], ",".join(map(str, row["seeds"]))]
+        cells += [f"{row[k][0]:.1f} ± {row[k][1]:.1f}" if k in row else "-" for k in clients]
+        cells += [f"**{row['overall'][0]:.2f} ± {row['overall'][1]:.2f}**",
+                  f"{row['uplink_mb'][0]:.2f} ± {row['uplink_mb'][1]:.2f}",
+                  f"{row['seconds'][0]:.1f} ± {row['seconds'][1]:.1f}"]
+        lines.append("| " + " | ".join(cells) + " |")
+    return "\n".join(lines) + "\n"
+
+
+def write_csv(path: Path, rows: Sequence[dict]) -> None:
+    keys = [k for k in rows[0] if k not in ("strategy", "seeds")]
+    with open(path, "w", newline="", encoding="utf-8") as fh:
+        writer = csv.writer(fh)
+        writer.writerow(["strategy", "seeds", *[f"{k}_{s}" for k in keys for s in ("mean", "std")]])
+        for row in rows:
+            writer.writerow([row["strategy"], " ".join(map(str, row["seeds"])),
+                             *[f"{v:.6g}" for k in keys for v in row.get(k, (np.nan, np.nan))]])
+
+
+def _main_groups(runs: Sequence[Run], info: dict) -> list[str]:
+    """Strategies in sweep order; F3OCUS with the config's own optimiser."""
+    opt = info.get("optimizer") or next((r.config["optimizer"] for r in runs if r.strategy == "f3ocus"), "")
+    order = info.get("strategies") or sorted({r.strategy for r in runs})
+    return [f"f3ocus-{opt}" if s == "f3ocus" else s for s in order]
+
+
+def _header(experiment_dir: Path, info: dict, runs: Sequence[Run], incomplete: Sequence[str]) -> str:
+    text = f"# {experiment_dir.name}\n\n"
+    for command in info.get("commands", []):
+        text += f"Command: `{command}`\n\n"
+    text += (f"Scores: {_metric_name(runs)} in % after the last round, per client and overall "
+             "(weighted by test examples); mean ± sample std over seeds.\n\n")
+    if incomplete:
+        text += f"Incomplete runs left out: {', '.join(incomplete)}.\n\n"
+    return text
+
+
+def write_report(experiment_dir: Path) -> list[Path]:
+    """Write the tables and figures; returns the files written."""
+    experiment_dir = Path(experiment_dir)
+    runs, incomplete = load_runs(experiment_dir)
+    if not runs:
+        raise ValueError(f"experiment {str(experiment_dir)!r} has no complete run yet")
+    info_file = experiment_dir / EXPERIMENT_FILE
+    info = json.loads(info_file.read_text()) if info_file.exists() else {}
+    budgets = parse_budgets(runs[0].config["budgets"])
+    rows = summarise(runs, _main_groups(runs, info))
+    for row in rows:
+        row["strategy"] = "f3ocus" if row["strategy"].startswith("f3ocus-") else row["strategy"]
+    written = []
+    header = _header(experiment_dir, info, runs, incomplete)
+    if rows:
+        (experiment_dir / "table.md").write_text(header + markdown_table(rows, budgets))
+        write_csv(experiment_dir / "table.csv", rows)
+        written += [experiment_dir / "table.md", experiment_dir / "table.csv"]
+    opt_groups = sorted({r.group for r in runs if r.strategy == "f3ocus"})
+    if len(opt_groups) > 1 or info.get("optimizers"):
+        opt_rows = summarise(runs, opt_groups)
+        (experiment_dir / "optimizers.md").write_text(
+            header.replace(f"# {experiment_dir.name}", f"# {experiment_dir.name}: F3OCUS optimisers")
+            + markdown_table(opt_rows, budgets))
+        written.append(experiment_dir / "optimizers.md")
+    written += draw_figures(experiment_dir, runs, _main_groups(runs, info))
+    return written
+
+
+# -- figures ---------------------------------------------------------------------------------------
+def _pyplot():
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    return plt
+
+
+def _first(runs: Sequence[Run], group: str) -> Run | None:
+    """The lowest-seed run of a group (figures that show one run)."""
+    members = sorted((r for r in runs if r.group == group), key=lambda r: r.seed)
+    return members[0] if members else None
+
+
+def _save(fig, path: Path) -> Path:
+    fig.tight_layout()
+    fig.savefig(path, dpi=110)
+    _pyplot().close(fig)
+    return path
+
+
+def plot_convergence(path: Path, runs: Sequence[Run], groups: Sequence[str]) -> Path | None:
+    """Fig. 2: weighted training loss per round, mean ± std over seeds."""
+    plt = _pyplot()
+    fig, ax = plt.subplots(figsize=(6.4, 4.2))
+    for group in groups:
+        curves = [[r["train"].get("train_loss", np.nan) for r in run.rounds]
+                  for run in runs if run.group == group]
+        if not curves:
+            continue
+        arr = np.array(curves, dtype=float)
+        mean, std = np.nanmean(arr, 0), np.nanstd(arr, 0)
+        x = np.arange(1, arr.shape[1] + 1)
+        label = "f3ocus" if group.startswith("f3ocus-") else group
+        ax.plot(x, mean, marker="o", label=label)
+        ax.fill_between(x, mean - std, mean + std, alpha=0.15)
+    ax.set(xlabel="round", ylabel="training loss (mean over clients)", title="Convergence (Fig. 2)")
+    ax.xaxis.get_major_locator().set_params(integer=True)
+    ax.legend(fontsize=8, ncol=2)
+    return _save(fig, path)
+
+
+def plot_eigenvalues(path: Path, run: Run, layer_names: list[str]) -> Path:
+    """Fig. 3: principal LNTK eigenvalue of every layer for every client, first round."""
+    plt = _pyplot()
+    first = min(r["round"] for r in run.clients)
+    fig, ax = plt.subplots(figsize=(7.5, 4.2))
+    for row in sorted((r for r in run.clients if r["round"] == first and r["eigenvalues"]),
+                      key=lambda r: r["partition-id"]):
+        ax.plot(row["eigenvalues"], marker="o", label=f"client {row['partition-id']}")
+    ax.set_yscale("log")
+    ax.set_xticks(range(len(layer_names)), layer_names, rotation=60, ha="right", fontsize=7)
+    ax.set(ylabel="principal eigenvalue λ₁ of the LNTK",
+           title=f"LNTK eigenvalues per layer, round {first} ({run.name}; Fig. 3)")
+    ax.legend(fontsize=8)
+    return _save(fig, path)
+
+
+def layer_ranks(scores: Sequence[float]) -> np.ndarray:
+    """Rank of every layer by score, 1 = highest (ties by layer index)."""
+    order = np.argsort(-np.asarray(scores, dtype=float), kind="stable")
+    ranks = np.empty(len(order), dtype=int)
+    ranks[order] = np.arange(1, len(order) + 1)
+    return ranks
+
+
+def plot_layer_ranks(path: Path, run: Run) -> Path:
+    """Figs. 5 and 6: per client, rank of each layer by its own LNTK score in every round (colour),
+    its own top-k (o, before the server step) and the layers F3OCUS assigned (x, after it)."""
+    plt = _pyplot()
+    rows = [r for r in run.clients if r["scores"] is not None]
+    clients = sorted({r["partition-id"] for r in rows})
+    num_rounds = max(r["round"] for r in rows)
+    num_layers = len(rows[0]["scores"])
+    cols = min(4, len(clients))
+    nrows = -(-len(clients) // cols)
+    fig, axes = plt.subplots(nrows, cols, figsize=(3.4 * cols, 0.5 * num_rounds * nrows + 2.2 * nrows),
+                             squeeze=False)
+    image = None
+    for ax, client in zip(axes.flat, clients, strict=False):
+        mine = sorted((r for r in rows if r["partition-id"] == client), key=lambda r: r["round"])
+        ranks = np.array([layer_ranks(r["scores"]) for r in mine])
+        image = ax.imshow(ranks, cmap="viridis_r", aspect="auto", vmin=1, vmax=num_layers,
+                          extent=(-0.5, num_layers - 0.5, mine[-1]["round"] + 0.5, mine[0]["round"] - 0.5))
+        for r in mine:
+            top = np.flatnonzero(layer_ranks(r["scores"]) <= (r["budget"] or 0))
+            ax.scatter(top, [r["round"]] * len(top), facecolors="none", edgecolors="white", s=60)
+            ax.scatter(r["mask"] or [], [r["round"]] * len(r["mask"] or []), marker="x", c="red", s=25)
+        ax.set(title=f"client {client} (k={mine[0]['budget']})", xlabel="layer", ylabel="round")
+        ax.set_yticks(range(mine[0]["round"], mine[-1]["round"] + 1))
+    for ax in list(axes.flat)[len(clients):]:
+        ax.axis("off")
+    if image is not None:
+        fig.colorbar(image, ax=axes, shrink=0.8, label="rank by own LNTK score (1 = highest)")
+    fig.suptitle(f"{run.name}: own top-k (o, before) vs F3OCUS mask (x, after) — Figs. 5, 6",
+                 fontsize=9)
+    fig.savefig(path, dpi=110)
+    plt.close(fig)
+    return path
+
+
+def selection_counts(runs: Sequence[Run], num_layers: int) -> np.ndarray:
+    """Selections of each layer per run (summed over clients and rounds, averaged over runs)."""
+    counts = np.zeros(num_layers)
+    for run in runs:
+        for row in run.clients:
+            counts[row["mask"] or []] += 1
+    return counts / max(len(runs), 1)
+
+
+def plot_histogram(path: Path, lntk: Sequence[Run], f3ocus: Sequence[Run], num_layers: int) -> Path:
+    """Fig. 7: layer-selection histogram of lntk vs f3ocus."""
+    plt = _pyplot()
+    fig, ax = plt.subplots(figsize=(7, 3.8))
+    x = np.arange(num_layers)
+    for offset, (label, group) in zip((-0.2, 0.2), (("lntk", lntk), ("f3ocus", f3ocus)), strict=True):
+        ax.bar(x + offset, selection_counts(group, num_layers), width=0.4,
+               label=f"{label} ({len(group)} runs)")
+    ax.set(xlabel="layer", ylabel="selections per run (clients × rounds)",
+           title="Layer-selection histogram (Fig. 7)")
+    ax.set_xticks(x)
+    ax.legend()
+    return _save(fig, path)
+
+
+def plot_front(path: Path, run: Run) -> Path:
+    """The last round's Pareto front (importance vs diversity objective), picked solution marked."""
+    plt = _pyplot()
+    front = run.fronts[-1]
+    fig, ax = plt.subplots(figsize=(5.6, 4.2))
+    ax.scatter(front["front"]["importance"], front["front"]["diversity"], label="Pareto front")
+    ax.scatter([front["importance"]], [front["diversity"]], marker="*", s=250, c="red",
+               label="picked", zorder=3)
+    ax.set(xlabel="importance (maximised)", ylabel="selection-count spread (minimised)",
+           title=f"{run.name}, round {front['round']} ({front['algorithm']})")
+    ax.legend()
+    return _save(fig, path)
+
+
+def draw_figures(experiment_dir: Path, runs: Sequence[Run], groups: Sequence[str]) -> list[Path]:
+    """Every figure whose runs exist."""
+    written = [plot_convergence(experiment_dir / "convergence.png", runs, groups)]
+    f3 = [g for g in groups if g.startswith("f3ocus-")]
+    f3_run = _first(runs, f3[0]) if f3 else None
+    lntk_run = f3_run or _first(runs, "lntk")
+    if lntk_run is not None:
+        written.append(plot_eigenvalues(experiment_dir / "eigenvalues.png", lntk_run,
+                                        lntk_run.config["layer-names"]))
+    if f3_run is not None:
+        written.append(plot_layer_ranks(experiment_dir / "layer_ranks.png", f3_run))
+        if f3_run.fronts:
+            written.append(plot_front(experiment_dir / "pareto_front.png", f3_run))
+    lntk_runs = [r for r in runs if r.group == "lntk"]
+    f3_runs = [r for r in runs if f3 and r.group == f3[0]]
+    if lntk_runs and f3_runs:
+        num_layers = len(f3_runs[0].config["layer-names"])
+        written.append(plot_histogram(experiment_dir / "selection_histogram.png", lntk_runs, f3_runs,
+                                      num_layers))
+    return written
+
+
+def main(argv: list[str] | None = None) -> int:
+    argv = sys.argv[1:] if argv is None else argv
+    if len(argv) != 1 or argv[0].startswith("-"):
+        print("usage: python -m server_app.report results/<experiment>", file=sys.stderr)
+        return 2
+    try:
+        written = write_report(Path(argv[0]))
+    except (FileNotFoundError, ValueError) as err:
+        print(f"error: {err}", file=sys.stderr)
+        return 2
+    print("\n".join(str(p) for p in written))
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

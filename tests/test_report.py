@@ -1,0 +1,94 @@
+"""server_app.report on hand-made run files: exact means/stds, left-out runs, figures, bad input."""
+
+from __future__ import annotations
+
+import csv
+import json
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+from server_app import report
+
+LAYERS = ["l0", "l1", "l2", "l3"]
+
+
+def write_run(root: Path, name: str, strategy: str, seed: int, acc: tuple[float, float],
+              optimizer: str = "nsga2", complete: bool = True) -> None:
+    run = root / "runs" / name
+    run.mkdir(parents=True)
+    config = {"strategy": strategy, "seed": seed, "optimizer": optimizer, "budgets": "2,1",
+              "num-server-rounds": 2, "layer-names": LAYERS}
+    (run / "config.json").write_text(json.dumps(config))
+    rounds, clients = [], []
+    for r in (1, 2):
+        rounds.append({"round": r, "seconds": 10.0 * r + seed, "bytes-up": 1e6 * (r + seed),
+                       "train": {"train_loss": 2.0 / r + seed}, "evaluate": {}})
+        for pid, (k, n) in enumerate(((2, 30), (1, 10))):
+            scores = np.roll([0.4, 0.3, 0.2, 0.1], pid + r).tolist()
+            clients.append({"round": r, "partition-id": pid, "budget": k, "eigenvalues": scores,
+                            "scores": scores, "mask": [pid, 3][:k],
+                            "evaluate": {"accuracy": acc[pid], "num-examples": n}, "bytes-up": 5})
+    for file, rows in (("rounds.jsonl", rounds), ("clients.jsonl", clients)):
+        (run / file).write_text("".join(json.dumps(row) + "\n" for row in rows))
+    if strategy == "f3ocus":
+        front = {"round": 2, "algorithm": optimizer, "importance": 1.0, "diversity": 0.5,
+                 "front": {"importance": [1.0, 1.2], "diversity": [0.5, 0.9]}}
+        (run / "fronts.jsonl").write_text(json.dumps(front) + "\n")
+    if complete:
+        (run / "adapters.safetensors").write_bytes(b"x")
+
+
+@pytest.fixture
+def experiment(tmp_path):
+    accs = {"lntk": [(0.5, 0.7), (0.6, 0.9), (0.7, 0.8)], "f3ocus": [(0.8, 0.6), (0.9, 0.7), (1.0, 0.5)]}
+    for strategy, values in accs.items():
+        for seed, acc in enumerate(values):
+            name = f"f3ocus-nsga2-s{seed}" if strategy == "f3ocus" else f"lntk-s{seed}"
+            write_run(tmp_path, name, strategy, seed, acc)
+    write_run(tmp_path, "f3ocus-sa-s0", "f3ocus", 0, (0.1, 0.1), optimizer="sa")
+    write_run(tmp_path, "lntk-s3", "lntk", 3, (0.0, 0.0), complete=False)
+    (tmp_path / "experiment.json").write_text(json.dumps(
+        {"strategies": ["lntk", "f3ocus"], "optimizer": "nsga2", "optimizers": ["nsga2", "sa"],
+         "commands": ["python run_simulation.py --strategies lntk,f3ocus"]}))
+    return tmp_path, accs
+
+
+def test_table_means_and_sample_stds_are_exact(experiment):
+    root, accs = experiment
+    written = report.write_report(root)
+    rows = {r["strategy"]: r for r in csv.DictReader((root / "table.csv").read_text().splitlines())}
+    assert list(rows) == ["lntk", "f3ocus"]
+    for strategy, values in accs.items():
+        overall = [100 * (30 * a + 10 * b) / 40 for a, b in values]
+        assert float(rows[strategy]["overall_mean"]) == pytest.approx(np.mean(overall), abs=1e-3)
+        assert float(rows[strategy]["overall_std"]) == pytest.approx(np.std(overall, ddof=1), abs=1e-3)
+        c0 = [100 * a for a, _ in values]
+        assert float(rows[strategy]["c0_mean"]) == pytest.approx(np.mean(c0), abs=1e-3)
+        assert rows[strategy]["seeds"] == "0 1 2"
+    # uplink per round: mean over rounds of (r + seed) MB, then mean over seeds 0..2
+    assert float(rows["lntk"]["uplink_mb_mean"]) == pytest.approx(2.5)
+    assert float(rows["lntk"]["seconds_std"]) == pytest.approx(1.0)
+    table = (root / "table.md").read_text()
+    assert "Incomplete runs left out: lntk-s3" in table
+    assert "| f3ocus | 0,1,2 |" in table and "client 1 (k=1)" in table
+    assert "python run_simulation.py --strategies lntk,f3ocus" in table
+    names = {p.name for p in written}
+    assert {"table.md", "table.csv", "optimizers.md", "convergence.png", "eigenvalues.png",
+            "layer_ranks.png", "selection_histogram.png", "pareto_front.png"} <= names
+    optimizers = (root / "optimizers.md").read_text()
+    assert "| f3ocus-nsga2 | 0,1,2 |" in optimizers and "| f3ocus-sa | 0 |" in optimizers
+
+
+def test_layer_ranks_and_selection_counts():
+    np.testing.assert_array_equal(report.layer_ranks([0.1, 0.4, 0.4, 0.2]), [4, 1, 2, 3])
+
+
+def test_report_cli_errors(tmp_path, capsys):
+    assert report.main([str(tmp_path / "missing")]) == 2
+    assert "no runs/ directory" in capsys.readouterr().err
+    (tmp_path / "runs").mkdir()
+    assert report.main([str(tmp_path)]) == 2
+    assert "no complete run yet" in capsys.readouterr().err
+    assert report.main([]) == 2
