@@ -39,7 +39,10 @@ def load_overrides(config_file: str | None, run_config: list[str]) -> dict[str, 
         if not path.is_file():
             raise ConfigError(f"--config {config_file!r}: no such file")
         with open(path, "rb") as fh:
-            overrides.update(tomllib.load(fh))
+            try:
+                overrides.update(tomllib.load(fh))
+            except tomllib.TOMLDecodeError as err:
+                raise ConfigError(f"--config {config_file!r} is not valid TOML: {err}") from None
     try:
         overrides.update(parse_config_args(run_config))
     except (Exception, SystemExit) as err:  # flwr reports TOML errors in several ways
@@ -50,9 +53,10 @@ def load_overrides(config_file: str | None, run_config: list[str]) -> dict[str, 
 def resolve(overrides: dict[str, object]) -> RunConfig:
     """Fuse defaults and overrides, validate, and fix a run name so the results can be found."""
     from server_app.app import STRATEGIES
+    from server_app.experiments import check_values
 
     values = {**default_config(), **overrides}
-    config = RunConfig.from_mapping(values, strategies=STRATEGIES)
+    config = check_values(values, STRATEGIES)
     if not config.run_name and not config.resume_from:
         values["run-name"] = f"{config.strategy}-{config.optimizer}-{time.strftime('%Y%m%d-%H%M%S')}"
     values["progress-bar"] = True

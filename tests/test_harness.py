@@ -116,14 +116,15 @@ def test_rerun_skips_finished_runs(experiment):
     (("--strategies", "lntk", "--optimizers", "nsga2,nope"), "", "optimizer = 'nope' is unknown"),
     (("--strategies", "lntk"), "local-stepz = 3\n", "unknown run-config key 'local-stepz'"),
     (("--strategies", "lntk"), 'local-steps = "3"\n', "local-steps = '3' must be of type int"),
+    (("--seeds", "0"), 'dataset = "mixed:synthetic+nope"\n', "dataset = 'nope' is unknown"),
 ])
 def test_bad_input_fails_before_anything_runs(tmp_path, capsys, extra, config_line, message):
     import run_simulation
 
     config = tmp_path / "bad.toml"
-    config.write_text(SETTINGS.replace("local-steps = 2\n", "") + config_line
-                      + ("" if "local-step" in config_line else "local-steps = 2\n")
-                      + f'results-dir = "{tmp_path}"\n')
+    key = config_line.split(" =")[0].removesuffix("z")
+    kept = [ln for ln in SETTINGS.splitlines(keepends=True) if not key or not ln.startswith(key + " =")]
+    config.write_text("".join(kept) + config_line + f'results-dir = "{tmp_path}"\n')
     code = run_simulation.main(["--config", str(config), "--experiment", "exp", *extra])
     assert code == 2
     assert message in capsys.readouterr().err
