@@ -284,8 +284,8 @@ def plot_layer_ranks(path: Path, run: Run) -> Path:
     num_layers = len(rows[0]["scores"])
     cols = min(4, len(clients))
     nrows = -(-len(clients) // cols)
-    fig, axes = plt.subplots(nrows, cols, figsize=(3.4 * cols, 0.5 * num_rounds * nrows + 2.2 * nrows),
-                             squeeze=False)
+    fig, axes = plt.subplots(nrows, cols, figsize=(3.4 * cols, 0.5 * num_rounds * nrows + 2.6 * nrows),
+                             squeeze=False, layout="constrained")
     image = None
     for ax, client in zip(axes.flat, clients, strict=False):
         mine = sorted((r for r in rows if r["partition-id"] == client), key=lambda r: r["round"])
