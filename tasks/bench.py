@@ -8,13 +8,16 @@ Defaults (the app's run config uses the same): LNTK on SCORING_BATCH = 16 traini
 head_lr 3e-3, on BUDGET = 4 layers (the top-4 LNTK layers, as F3OCUS would train them). The
 client is partition 0 of 5 (by-question-type). Before timing, one forward pass warms up the
 kernels (both timings then measure steady state). Prints lntk_s, train_round_s,
-overhead = lntk_s / train_round_s, samples_per_s (training), peak_rss_mb (whole process).
+overhead = lntk_s / train_round_s, samples_per_s (training), peak_rss_mb (whole process), and,
+because wall time on a shared machine depends on the other processes, the same in process CPU
+seconds (lntk_cpu_s, train_round_cpu_s, overhead_cpu) and the 1-minute load average.
 """
 
 from __future__ import annotations
 
 import argparse
 import json
+import os
 import resource
 import sys
 import time
@@ -49,12 +52,14 @@ def run(
     model = build_model(model_name, len(part.labels), task=part.task, seed=seed)
     with torch.no_grad():  # warm-up
         model(model.collate(part.train[:batch_size]))
+    cpu = time.process_time()
     scores = layer_scores(model, part.train[:scoring_batch])
+    lntk_cpu = time.process_time() - cpu
     mask = np.zeros(len(model.layer_names), bool)
     mask[np.argsort(-scores.scores)[: min(budget, len(mask))]] = True
-    start = time.perf_counter()
+    start, cpu = time.perf_counter(), time.process_time()
     train(model, part.train, mask, steps=steps, batch_size=batch_size, lr=LR, head_lr=HEAD_LR)
-    train_s = time.perf_counter() - start
+    train_s, train_cpu = time.perf_counter() - start, time.process_time() - cpu
     return {
         "model": model_name,
         "dataset": dataset,
@@ -66,9 +71,13 @@ def run(
         "lntk_s": round(scores.seconds, 4),
         "train_round_s": round(train_s, 4),
         "overhead": round(scores.seconds / train_s, 4),
+        "lntk_cpu_s": round(lntk_cpu, 4),
+        "train_round_cpu_s": round(train_cpu, 4),
+        "overhead_cpu": round(lntk_cpu / train_cpu, 4),
         "samples_per_s": round(steps * batch_size / train_s, 2),
         "peak_rss_mb": round(resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024, 1),
         "torch_threads": torch.get_num_threads(),
+        "load_avg_1m": round(os.getloadavg()[0], 2),
     }
 
 

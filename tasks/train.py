@@ -60,6 +60,8 @@ def train(
     _positive_float("lr", lr)
     if head_lr is not None:
         _positive_float("head_lr", head_lr)
+    if not (isinstance(weight_decay, (int, float)) and weight_decay >= 0):
+        raise ValueError(f"weight_decay must be a number >= 0, got {weight_decay!r}")
     model.to(resolve_device(device))
     chosen = np.flatnonzero(check_mask(model, mask))
     freeze_except(model, mask)
@@ -73,8 +75,9 @@ def train(
     order = _batches(len(samples), steps, batch_size, seed)
     losses = []
     model.train()
-    with torch.random.fork_rng(devices=[]):
-        torch.manual_seed(seed)  # dropout masks
+    cuda = [model.device.index or 0] if model.device.type == "cuda" else []
+    with torch.random.fork_rng(devices=cuda):
+        torch.manual_seed(seed)  # dropout masks; the caller's RNG state is restored afterwards
         for idx in order:
             batch = model.collate([samples[i] for i in idx])
             batch = {k: v.to(model.device) for k, v in batch.items()}

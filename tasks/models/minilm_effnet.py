@@ -14,7 +14,8 @@
   head conv of the image encoder, and the text embeddings, stay frozen.
 
 Image size: IMAGE_SIZE = 64, the native size of easy-VQA, chosen for CPU speed; EfficientNet's
-stride 32 then gives a 2x2 grid = 4 visual tokens (96 px would give 9 tokens at ~2x the CNN cost).
+stride 32 then gives a 2x2 grid = 4 visual tokens (96 px would give 9 tokens at a higher CNN and
+attention cost; 4 tokens suffice for easy-VQA's one-shape images).
 Deviations: BatchNorm layers of the image encoder always run with their ImageNet running statistics
 (kept in eval mode during training, the usual choice for small-batch fine-tuning, and it keeps
 buffers identical across clients); stochastic depth (drop-connect) is disabled; input
