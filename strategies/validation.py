@@ -2,12 +2,18 @@
 
 Every check raises :class:`Rejected` with a one-line reason; the strategy logs it, records it in
 the round metrics and leaves that client out of the step, so one malformed or malicious reply
-cannot stop a round or corrupt the global adapters.
+cannot stop a round or corrupt the global adapters (issue 6: "bad input from clients").
+
+:func:`unique_by_node` also pairs replies with the messages sent: on the Deployment Engine the
+SuperLink answers for a node it lost (no heartbeat) with an error reply whose *source* is the
+SuperLink itself (node id 1), so the failing node is found through ``reply_to_message_id``; a node
+that never answers within the round timeout is reported as missing.
 """
 
 from __future__ import annotations
 
-from collections.abc import Iterable, Mapping
+import math
+from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass
 
 import numpy as np
@@ -45,17 +51,47 @@ class LayerReport:
         return self.eigenvalues / total
 
 
-def unique_by_node(replies: Iterable[Message]) -> tuple[list[Message], list[tuple[int, str]]]:
-    """Keep the first reply of every node; later duplicates are rejected."""
+def unique_by_node(replies: Iterable[Message], sent: Sequence[Message] | None = None
+                   ) -> tuple[list[Message], list[tuple[int, str]]]:
+    """Keep the first reply of every node; later duplicates are rejected.
+
+    With ``sent`` (the messages of this step, after the Grid gave them ids) every reply is
+    attributed to the node its message went to: error replies (a client's exception, or the
+    SuperLink's "Node Unavailable") are rejected here under that node, replies to messages not
+    sent in this step or from another node than the addressee are rejected, and every addressee
+    without any reply is reported as missing. Kept replies are then non-error replies whose
+    ``src_node_id`` is the node they answer for.
+    """
+    addressees = {m.metadata.dst_node_id for m in sent or ()}
+    ids = [m.metadata.message_id for m in sent or ()]
+    by_id = all(ids) and len(set(ids)) == len(ids)  # Flower's grids set ids when pushing
+    addressee = {m.metadata.message_id: m.metadata.dst_node_id for m in sent or ()} if by_id else {}
     seen: set[int] = set()
     kept, rejected = [], []
     for msg in replies:
         node = msg.metadata.src_node_id
+        if sent is not None:
+            target = (addressee.get(msg.metadata.reply_to_message_id) if by_id
+                      else node if node in addressees else None)
+            if target is None:
+                rejected.append((node, "reply to a message that was not sent in this step"))
+                continue
+            if msg.has_error():
+                node = target  # the SuperLink's own error replies come from node 1
+            elif node != target:
+                rejected.append((node, f"reply to a message addressed to node {target}"))
+                continue
         if node in seen:
             rejected.append((node, "duplicate reply from the same node in this round"))
             continue
         seen.add(node)
+        if sent is not None and msg.has_error():
+            rejected.append((node, f"client error: {msg.error.reason}"))
+            continue
         kept.append(msg)
+    if sent is not None:
+        missing = sorted(addressees - seen)
+        rejected.extend((node, "no reply before the round timeout") for node in missing)
     return kept, rejected
 
 
@@ -86,6 +122,13 @@ def _int_metric(metrics: MetricRecord, key: str, low: int, high: int | None = No
     return value
 
 
+def _finite_metrics(metrics: MetricRecord) -> None:
+    for key, value in metrics.items():
+        values = value if isinstance(value, list) else [value]
+        if not all(math.isfinite(v) for v in values):
+            raise Rejected(f"metric {key!r} is NaN or inf")
+
+
 def check_scores(msg: Message, num_layers: int) -> LayerReport:
     """Validate a ``query.lntk`` reply: L finite non-negative eigenvalues, 1 <= budget <= L."""
     metrics = _metrics(_content(msg), SCORES_KEY)
@@ -99,22 +142,31 @@ def check_scores(msg: Message, num_layers: int) -> LayerReport:
         raise Rejected("'eigenvalues' contains NaN or inf")
     if (eig < 0).any():
         raise Rejected(f"'eigenvalues' contains negative value {eig.min():g}")
+    if not np.isfinite(eig.sum()):
+        raise Rejected("'eigenvalues' sum overflows")
+    _finite_metrics(metrics)
     seconds = metrics.get("seconds", 0.0)
     return LayerReport(
         node_id=msg.metadata.src_node_id,
         eigenvalues=eig,
         budget=_int_metric(metrics, "budget", 1, num_layers),
         num_examples=_int_metric(metrics, "num-examples", 1),
-        partition_id=int(metrics.get("partition-id", -1)),
+        partition_id=_int_metric(metrics, "partition-id", 0) if "partition-id" in metrics else -1,
         seconds=float(seconds) if isinstance(seconds, int | float) else 0.0,
     )
 
 
-def check_update(msg: Message, global_state: State, assigned: Iterable[int]) -> ClientUpdate:
-    """Validate a train reply: only assigned layers' known keys, exact shapes/dtypes, finite values."""
+def check_update(msg: Message, global_state: State, assigned: Iterable[int],
+                 expected_examples: int | None = None) -> ClientUpdate:
+    """Validate a train reply: exactly the assigned layers' arrays, exact shapes/dtypes, finite.
+
+    ``expected_examples`` (the count the client gave with its scores) must match the count it
+    trains with, so a client cannot inflate its FedAvg weight after the selection.
+    """
     content = _content(msg)
     metrics = _metrics(content, METRICS_KEY)
     num_examples = _int_metric(metrics, "num-examples", 1)
+    _finite_metrics(metrics)
     record = content.get(ARRAYS_KEY) if ARRAYS_KEY in content.array_records else None
     if not isinstance(record, ArrayRecord) or len(record) == 0:
         raise Rejected(f"reply has no ArrayRecord '{ARRAYS_KEY}'")
@@ -130,11 +182,29 @@ def check_update(msg: Message, global_state: State, assigned: Iterable[int]) -> 
                 f"array {key!r} is {array.dtype}{list(array.shape)}, "
                 f"expected {expected.dtype}{list(expected.shape)}"
             )
+    missing = sorted(k for k in global_state if layer_index(k) in allowed and k not in record)
+    if missing:
+        raise Rejected(f"{len(missing)} arrays of assigned layers missing, e.g. {missing[0]!r}")
     try:
         state = from_record(record)
     except Exception as err:  # a payload whose bytes do not match its declared shape/dtype
         raise Rejected(f"arrays could not be decoded: {err}") from err
     for key, value in state.items():
+        expected = global_state[key]
+        if value.shape != expected.shape or value.dtype != expected.dtype:
+            raise Rejected(f"array {key!r} decodes to {value.dtype}{list(value.shape)}, "
+                           f"not its declared {expected.dtype}{list(expected.shape)}")
         if not np.isfinite(value).all():
             raise Rejected(f"array {key!r} contains NaN or inf")
+    if expected_examples is not None and num_examples != expected_examples:
+        raise Rejected(f"'num-examples' = {num_examples} differs from the {expected_examples} "
+                       "reported with the scores")
     return ClientUpdate(node_id=msg.metadata.src_node_id, state=state, num_examples=num_examples)
+
+
+def check_evaluation(msg: Message) -> dict:
+    """Validate an evaluate reply: a metrics record, ``num-examples`` >= 1, finite values."""
+    metrics = _metrics(_content(msg), METRICS_KEY)
+    _int_metric(metrics, "num-examples", 1)
+    _finite_metrics(metrics)
+    return dict(metrics)
