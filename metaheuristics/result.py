@@ -36,17 +36,18 @@ class Assignment:
     seconds: float
 
     def to_dict(self) -> dict:
-        """JSON-serialisable summary; masks become lists of selected layer indices."""
+        """JSON-serialisable summary; masks (also the front's) become, per client, the list of
+        selected layer indices."""
         return {
             "algorithm": self.algorithm,
             "seconds": self.seconds,
             "importance": self.importance,
             "diversity": self.diversity,
-            "layers": _layer_lists(self.masks),
+            "masks": _layer_lists(self.masks),
             "front": {
                 "importance": self.front.importance.tolist(),
                 "diversity": self.front.diversity.tolist(),
-                "layers": [_layer_lists(m) for m in self.front.masks],
+                "masks": [_layer_lists(m) for m in self.front.masks],
             },
             "history": [dict(h) for h in self.history],
         }

@@ -162,9 +162,9 @@ def test_to_dict_is_json_and_lists_selected_layers():
     scores, budgets = dirichlet(4, 9, 8), [2, 3, 1, 4]
     result = optimize(scores, budgets, seed=3, n_gen=3)
     data = json.loads(json.dumps(result.to_dict()))
-    assert [len(layers) for layers in data["layers"]] == budgets
-    assert data["layers"] == [np.flatnonzero(r).tolist() for r in result.masks]
-    assert len(data["front"]["layers"]) == len(result.front)
+    assert [len(layers) for layers in data["masks"]] == budgets
+    assert data["masks"] == [np.flatnonzero(r).tolist() for r in result.masks]
+    assert len(data["front"]["masks"]) == len(result.front)
     assert data["algorithm"] == "nsga2" and data["seconds"] >= 0
 
 
