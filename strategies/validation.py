@@ -57,8 +57,8 @@ def unique_by_node(replies: Iterable[Message], sent: Sequence[Message] | None = 
 
     With ``sent`` (the messages of this step, after the Grid gave them ids) every reply is
     attributed to the node its message went to: error replies (a client's exception, or the
-    SuperLink's "Node Unavailable") are rejected here under that node, replies to messages not
-    sent in this step or from another node than the addressee are rejected, and every addressee
+    SuperLink's "Node Unavailable") are rejected here under that node, as are replies claiming
+    another sender; replies to messages not sent in this step are rejected, and every addressee
     without any reply is reported as missing. Kept replies are then non-error replies whose
     ``src_node_id`` is the node they answer for.
     """
@@ -69,26 +69,24 @@ def unique_by_node(replies: Iterable[Message], sent: Sequence[Message] | None = 
     seen: set[int] = set()
     kept, rejected = [], []
     for msg in replies:
-        node = msg.metadata.src_node_id
+        node = claimed = msg.metadata.src_node_id
         if sent is not None:
             target = (addressee.get(msg.metadata.reply_to_message_id) if by_id
                       else node if node in addressees else None)
             if target is None:
                 rejected.append((node, "reply to a message that was not sent in this step"))
                 continue
-            if msg.has_error():
-                node = target  # the SuperLink's own error replies come from node 1
-            elif node != target:
-                rejected.append((node, f"reply to a message addressed to node {target}"))
-                continue
+            node = target  # the SuperLink's own error replies come from node 1
         if node in seen:
             rejected.append((node, "duplicate reply from the same node in this round"))
             continue
         seen.add(node)
         if sent is not None and msg.has_error():
             rejected.append((node, f"client error: {msg.error.reason}"))
-            continue
-        kept.append(msg)
+        elif claimed != node:
+            rejected.append((node, f"reply claims to come from node {claimed}"))
+        else:
+            kept.append(msg)
     if sent is not None:
         missing = sorted(addressees - seen)
         rejected.extend((node, "no reply before the round timeout") for node in missing)
