@@ -66,11 +66,10 @@ def parse_list(option: str, text: str, kind: type = str) -> list:
 
 def plan(strategies: Sequence[str], seeds: Sequence[int], optimizers: Sequence[str],
          default_optimizer: str) -> list[RunSpec]:
-    """Strategy-major run list; F3OCUS runs once per optimiser (the config's own one first)."""
-    opts = list(dict.fromkeys([default_optimizer, *optimizers]))
-    specs = [RunSpec(s, seed, default_optimizer) for s in strategies for seed in seeds]
-    if optimizers:
-        specs += [RunSpec("f3ocus", seed, opt) for opt in opts for seed in seeds]
+    """Seed-major run list (every strategy of seed 0 first, so an interrupted sweep still compares
+    all strategies); then F3OCUS once per further optimiser."""
+    specs = [RunSpec(s, seed, default_optimizer) for seed in seeds for s in strategies]
+    specs += [RunSpec("f3ocus", seed, opt) for seed in seeds for opt in optimizers]
     return list(dict.fromkeys(specs))
 
 
