@@ -1,0 +1,433 @@
+"""A TLS + SuperNode-authenticated federation on this machine, and a run of the app on it.
+
+    python -m deploy.launch --budgets 2,4,6 --run-config "num-server-rounds=3" [--dataset easy-vqa]
+    python -m deploy.launch --node-config "layer-budget=2 data-dir='/data/a'" --node-config "..."
+
+What it does (the same steps a coordinator and its sites take on separate machines, see
+deploy/README.md), with every address on 127.0.0.1:
+1. credentials (:mod:`deploy.make_certs`): a private CA, the SuperLink's certificate, one key pair
+   per SuperNode;
+2. ``flower-superlink`` with ``--ssl-*`` and ``--enable-supernode-auth``;
+3. ``flwr supernode register <node>.pub`` for every node (only registered keys may connect);
+4. one ``flower-supernode`` per node with its own ``--node-config`` (layer-budget, dataset or
+   data-dir, partition-id/num-partitions, device, state-dir), ``--root-certificates`` and
+   ``--auth-supernode-private-key``;
+5. ``flwr run . <connection> --stream`` and a check of the run's final status.
+Every process is started in its own process group and stopped by its PID (the group it leads,
+so its SuperExec and App processes go with it) on exit, error, Ctrl-C or SIGTERM. POSIX only.
+``flwr`` talks to the SuperLink through a Flower configuration file in the work directory
+(``FLWR_HOME``), so the user's ``~/.flwr/config.toml`` is left alone.
+"""
+
+from __future__ import annotations
+
+import argparse
+import contextlib
+import json
+import os
+import re
+import signal
+import ssl
+import subprocess
+import sys
+import threading
+import time
+import urllib.request
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass, field
+from pathlib import Path
+
+from deploy.make_certs import Credentials, make_credentials
+
+PROJECT_ROOT = Path(__file__).resolve().parent.parent
+CONNECTION = "f3ocus-local"
+HOST = "127.0.0.1"
+RUN_STARTED = re.compile(r"Successfully started run (\d+)")
+COMPLETED = "finished:completed"
+# offline operation: no `uv sync` of the app's dependencies, no update check, no telemetry
+QUIET_ENV = {"FLWR_DISABLE_RUNTIME_DEPENDENCY_INSTALLATION": "1", "FLWR_DISABLE_UPDATE_CHECK": "1",
+             "FLWR_TELEMETRY_ENABLED": "0"}
+
+
+class LaunchError(RuntimeError):
+    """A step of the launch failed; the message names the step and where its log is."""
+
+
+@dataclass(frozen=True)
+class Node:
+    """One site: a name (its key pair is ``keys/<name>``) and its SuperNode's node config."""
+
+    name: str
+    config: dict[str, object]
+
+
+@dataclass
+class RunResult:
+    """Outcome of ``flwr run``: the run id, its final status and the streamed log."""
+
+    run_id: int | None
+    status: str
+    output: str
+
+    @property
+    def ok(self) -> bool:
+        return self.status == COMPLETED
+
+
+def toml_value(value: object) -> str:
+    """A node-config value in Flower's ``key=value`` (TOML) syntax."""
+    if isinstance(value, bool):
+        return "true" if value else "false"
+    if isinstance(value, int | float):
+        return repr(value)
+    if isinstance(value, str | Path):
+        return json.dumps(str(value))  # a JSON string is a valid TOML basic string
+    raise ValueError(f"node config value {value!r}: must be a str, int, float or bool")
+
+
+def node_config_arg(config: dict[str, object]) -> str:
+    """``--node-config`` argument for a dict, e.g. ``layer-budget=2 dataset="synthetic"``."""
+    return " ".join(f"{key}={toml_value(value)}" for key, value in config.items())
+
+
+def site_nodes(budgets: Sequence[str], dataset: str, device: str, workdir: Path) -> list[Node]:
+    """Nodes ``site-0..N-1`` sharing one data set split N ways, each with its own budget."""
+    nodes = []
+    for pid, budget in enumerate(budgets):
+        value: object = budget if budget == "auto" else int(budget)
+        if value != "auto" and int(value) < 1:
+            raise ValueError(f"--budgets: budget {budget!r} must be a positive int or 'auto'")
+        name = f"site-{pid}"
+        nodes.append(Node(name, {"layer-budget": value, "dataset": dataset, "partition-id": pid,
+                                 "num-partitions": len(budgets), "device": device,
+                                 "state-dir": str(workdir / "sites" / name / "state")}))
+    return nodes
+
+
+def _wait(check: Callable[[], bool], timeout: float, what: str, interval: float = 0.5) -> None:
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        if check():
+            return
+        time.sleep(interval)
+    raise LaunchError(f"timed out after {timeout:.0f} s waiting for {what}")
+
+
+@dataclass
+class Federation:
+    """SuperLink + SuperNodes on 127.0.0.1 under ``workdir``; a context manager that stops them.
+
+    ``port`` is the SuperLink's (Fleet, Control and Runtime APIs share it in Flower 1.41);
+    SuperNode ``i`` serves its local Runtime API on ``port + 1 + i``.
+    """
+
+    workdir: Path
+    nodes: list[Node]
+    port: int = 9093
+    app_dir: Path = PROJECT_ROOT
+    processes: dict[str, subprocess.Popen] = field(default_factory=dict)
+    node_ids: dict[str, int] = field(default_factory=dict)
+
+    def __post_init__(self) -> None:
+        self.workdir = self.workdir.expanduser().resolve()
+        self.logs = self.workdir / "logs"
+        self.logs.mkdir(parents=True, exist_ok=True)
+        self.creds: Credentials | None = None
+        self._next_runtime_port = self.port + 1
+
+    # ------------------------------------------------------------------ plumbing
+    def credentials(self, extra: Sequence[str] = ()) -> Credentials:
+        """Make (once) the CA, server certificate and a key pair for every node and ``extra`` name."""
+        if self.creds is None:
+            names = [n.name for n in self.nodes] + list(extra)
+            self.creds = make_credentials(self.workdir / "credentials", names)
+        return self.creds
+
+    def env(self, home: Path) -> dict[str, str]:
+        home.mkdir(parents=True, exist_ok=True)
+        return {**os.environ, **QUIET_ENV, "FLWR_HOME": str(home)}
+
+    def log_path(self, name: str) -> Path:
+        return self.logs / f"{name}.log"
+
+    def spawn(self, name: str, command: list[str], home: Path, pipe: bool = False) -> subprocess.Popen:
+        """Start ``command`` in its own process group; output to ``logs/<name>.log`` (or a pipe)."""
+        if name in self.processes and self.processes[name].poll() is None:
+            raise LaunchError(f"{name} is already running (pid {self.processes[name].pid})")
+        with open(self.log_path(name), "ab") as log:
+            proc = subprocess.Popen(command, cwd=self.app_dir, env=self.env(home),
+                                    stdout=subprocess.PIPE if pipe else log, stderr=subprocess.STDOUT,
+                                    stdin=subprocess.DEVNULL, start_new_session=True, text=pipe)
+        self.processes[name] = proc
+        return proc
+
+    def flwr(self, *args: str, timeout: float = 120) -> subprocess.CompletedProcess:
+        """The ``flwr`` CLI against this federation's connection, with a private ``FLWR_HOME``."""
+        return subprocess.run(["flwr", *args], cwd=self.app_dir, env=self.env(self.cli_home),
+                              capture_output=True, text=True, timeout=timeout)
+
+    @property
+    def cli_home(self) -> Path:
+        return self.workdir / "flwr-cli"
+
+    @staticmethod
+    def _json(text: str) -> dict:
+        start = text.find("{")
+        if start < 0:
+            raise LaunchError(f"flwr printed no JSON: {text.strip()[-500:]}")
+        return json.loads(text[start:])
+
+    # ------------------------------------------------------------------ SuperLink
+    def start_superlink(self, timeout: float = 120) -> None:
+        """TLS SuperLink with SuperNode authentication; waits until it answers on /health."""
+        creds = self.credentials()
+        self.spawn("superlink", [
+            "flower-superlink", "--ssl-ca-certfile", str(creds.ca_cert),
+            "--ssl-certfile", str(creds.server_cert), "--ssl-keyfile", str(creds.server_key),
+            "--enable-supernode-auth", "--host", HOST, "--port", str(self.port),
+            "--disable-runtime-dependency-installation",
+            "--database", str(self.workdir / "superlink" / "state.db"),
+        ], self.workdir / "superlink")
+        context = ssl.create_default_context(cafile=str(creds.ca_cert))
+
+        def healthy() -> bool:
+            if self.processes["superlink"].poll() is not None:
+                raise LaunchError(f"flower-superlink exited; see {self.log_path('superlink')}")
+            try:
+                with urllib.request.urlopen(f"https://{HOST}:{self.port}/health", context=context,
+                                            timeout=5) as response:
+                    return response.status == 200
+            except OSError:
+                return False
+
+        _wait(healthy, timeout, f"the SuperLink on {HOST}:{self.port}")
+        self.cli_home.mkdir(parents=True, exist_ok=True)
+        (self.cli_home / "config.toml").write_text(
+            f'[superlink]\ndefault = "{CONNECTION}"\n\n[superlink.{CONNECTION}]\n'
+            f'address = "{HOST}:{self.port}"\nroot-certificates = "{creds.ca_cert}"\n')
+
+    def register(self, name: str) -> int:
+        """``flwr supernode register keys/<name>.pub``; returns the node id it is given."""
+        public = self.credentials().node_keys[name][1]
+        done = self.flwr("supernode", "register", str(public), CONNECTION, "--format", "json")
+        if done.returncode != 0:
+            raise LaunchError(f"registering {name} failed: {(done.stdout + done.stderr).strip()[-500:]}")
+        self.node_ids[name] = int(self._json(done.stdout)["node-id"])
+        return self.node_ids[name]
+
+    def online_nodes(self) -> set[int]:
+        done = self.flwr("supernode", "list", CONNECTION, "--format", "json")
+        if done.returncode != 0:
+            return set()
+        return {int(n["node-id"]) for n in self._json(done.stdout)["nodes"] if n["status"] == "online"}
+
+    def wait_online(self, names: Sequence[str], timeout: float = 180) -> None:
+        wanted = {self.node_ids[n] for n in names}
+
+        def online() -> bool:
+            for name in names:
+                if self.processes[name].poll() is not None:
+                    raise LaunchError(f"SuperNode {name} exited; see {self.log_path(name)}")
+            return wanted <= self.online_nodes()
+
+        _wait(online, timeout, f"SuperNodes {', '.join(names)} to come online", interval=2)
+
+    # ------------------------------------------------------------------ SuperNodes
+    def start_supernode(self, node: Node, *, key: str | None = None, tls: bool = True,
+                        max_retries: int | None = None) -> subprocess.Popen:
+        """A SuperNode with ``node.config``; ``key`` names another key pair, ``tls=False`` drops
+        TLS and authentication (both are how a refused node is tried)."""
+        creds = self.credentials()
+        site = self.workdir / "sites" / node.name
+        command = ["flower-supernode", "--superlink", f"{HOST}:{self.port}",
+                   "--host", HOST, "--port", str(self._next_runtime_port),
+                   "--node-config", node_config_arg(node.config)]
+        self._next_runtime_port += 1
+        if tls:
+            command += ["--root-certificates", str(creds.ca_cert),
+                        "--auth-supernode-private-key", str(creds.node_keys[key or node.name][0])]
+        else:
+            command += ["--insecure"]
+        if max_retries is not None:
+            command += ["--max-retries", str(max_retries)]
+        return self.spawn(node.name, command, site / "home")
+
+    def start(self, timeout: float = 180) -> None:
+        """SuperLink, registration of every node, every SuperNode, and wait until all are online."""
+        self.start_superlink(timeout)
+        for node in self.nodes:
+            self.register(node.name)
+        for node in self.nodes:
+            self.start_supernode(node)
+        self.wait_online([n.name for n in self.nodes], timeout)
+
+    # ------------------------------------------------------------------ runs
+    def run(self, run_config: str = "", timeout: float | None = None, echo: bool = False) -> RunResult:
+        """``flwr run <app> <connection> --stream``; then the run's final status from the SuperLink.
+
+        ``flwr run`` exits 0 even when the run failed, so success is read with ``flwr list``.
+        On ``timeout`` the run is stopped (``flwr stop``) and reported as ``"timeout"``.
+        """
+        command = ["flwr", "run", str(self.app_dir), CONNECTION, "--stream"]
+        if run_config:
+            command += ["--run-config", run_config]
+        proc = self.spawn("flwr-run", command, self.cli_home, pipe=True)
+        lines: list[str] = []
+
+        def pump() -> None:
+            with open(self.log_path("flwr-run"), "a", encoding="utf-8") as log:
+                for line in proc.stdout:
+                    lines.append(line)
+                    log.write(line)
+                    log.flush()
+                    if echo:
+                        print(line, end="", flush=True)
+
+        reader = threading.Thread(target=pump, daemon=True)
+        reader.start()
+        try:
+            proc.wait(timeout=timeout)
+        except subprocess.TimeoutExpired:
+            self.stop("flwr-run")
+        reader.join(timeout=10)
+        output = "".join(lines)
+        found = RUN_STARTED.search(output)
+        run_id = int(found.group(1)) if found else None
+        if run_id is None:
+            return RunResult(None, "not started", output)
+        if proc.returncode is None or proc.returncode < 0:
+            self.flwr("stop", str(run_id), CONNECTION)
+            return RunResult(run_id, "timeout", output)
+        return RunResult(run_id, self.run_status(run_id), output)
+
+    def run_status(self, run_id: int, timeout: float = 60) -> str:
+        """The run's status as ``flwr list`` reports it, once it is final (``finished:...``)."""
+        status = "unknown"
+
+        def final() -> bool:
+            nonlocal status
+            done = self.flwr("list", CONNECTION, "--run-id", str(run_id), "--format", "json")
+            if done.returncode == 0:
+                runs = self._json(done.stdout).get("runs", [])
+                status = runs[0]["status"] if runs else status
+            return status.startswith("finished")
+
+        with contextlib.suppress(LaunchError):
+            _wait(final, timeout, f"run {run_id} to finish", interval=2)
+        return status
+
+    # ------------------------------------------------------------------ stopping
+    def stop(self, name: str, sig: int = signal.SIGTERM, grace: float = 15) -> None:
+        """Stop the process group led by ``name``'s process (its PID); SIGKILL after ``grace`` s."""
+        proc = self.processes.get(name)
+        if proc is None:
+            return
+        with contextlib.suppress(ProcessLookupError):
+            os.killpg(proc.pid, sig)
+        try:
+            proc.wait(timeout=grace)
+        except subprocess.TimeoutExpired:
+            with contextlib.suppress(ProcessLookupError):
+                os.killpg(proc.pid, signal.SIGKILL)
+            proc.wait(timeout=grace)
+        with contextlib.suppress(ProcessLookupError):  # helpers of an already finished leader
+            os.killpg(proc.pid, signal.SIGKILL)
+
+    def stop_all(self) -> None:
+        """Stop everything this federation started, newest first."""
+        for name in reversed(list(self.processes)):
+            self.stop(name)
+
+    def __enter__(self) -> Federation:
+        return self
+
+    def __exit__(self, *exc) -> None:
+        self.stop_all()
+
+
+# ---------------------------------------------------------------------- command line
+def parse_nodes(args: argparse.Namespace, workdir: Path) -> list[Node]:
+    """Nodes from repeated ``--node-config`` strings, or ``site-i`` nodes from ``--budgets``."""
+    from flwr.common.config import parse_config_args
+
+    if args.node_config:
+        nodes = []
+        for i, text in enumerate(args.node_config):
+            try:
+                config = dict(parse_config_args([text]))
+            except (Exception, SystemExit) as err:  # flwr reports TOML errors in several ways
+                raise ValueError(f"--node-config {text!r} is malformed: {err}") from None
+            name = f"site-{i}"
+            config.setdefault("state-dir", str(workdir / "sites" / name / "state"))
+            nodes.append(Node(name, config))
+        return nodes
+    budgets = [b.strip() for b in args.budgets.split(",") if b.strip()]
+    if not budgets:
+        raise ValueError(f"--budgets {args.budgets!r}: give one budget per node, e.g. 2,4,6")
+    try:
+        return site_nodes(budgets, args.dataset, args.device, workdir)
+    except ValueError as err:
+        raise ValueError(f"--budgets {args.budgets!r}: {err}") from None
+
+
+def with_node_budgets(run_config: str, nodes: Sequence[Node]) -> str:
+    """Add ``budgets`` (the nodes' layer budgets by partition) unless the run config sets it.
+
+    The ServerApp checks run-config budgets against the model's layer count before round 1, so a
+    node budget above L stops the run with a clear message instead of that node's every reply
+    being rejected; nodes still send their own budget with their scores.
+    """
+    budgets = [n.config.get("layer-budget") for n in nodes]
+    if re.search(r"(^|\s)budgets\s*=", run_config) or None in budgets:
+        return run_config
+    return f"budgets='{','.join(str(b) for b in budgets)}' {run_config}".strip()
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--budgets", default="2,4,6",
+                        help="one layer budget (int or 'auto') per SuperNode; the data set is split "
+                             "among them (default: 2,4,6)")
+    parser.add_argument("--dataset", default="synthetic", help="data set every node splits")
+    parser.add_argument("--device", default="auto", help="device of every SuperNode")
+    parser.add_argument("--node-config", action="append", default=[],
+                        help="a SuperNode's full --node-config; repeat once per node (overrides "
+                             "--budgets/--dataset/--device)")
+    parser.add_argument("--run-config", default="", help='run settings, "key=value ..."')
+    parser.add_argument("--workdir", type=Path, default=PROJECT_ROOT / "results" / "federation",
+                        help="credentials, logs, Flower homes and node state (default: "
+                             "results/federation)")
+    parser.add_argument("--port", type=int, default=9093, help="SuperLink port on 127.0.0.1")
+    parser.add_argument("--timeout", type=float, default=None, help="seconds before the run is stopped")
+    args = parser.parse_args(argv)
+    if not 1 <= args.port <= 65535 - 64:
+        parser.error(f"--port {args.port}: must be in 1..{65535 - 64}")
+    try:
+        nodes = parse_nodes(args, args.workdir.expanduser().resolve())
+    except ValueError as err:
+        parser.error(str(err))
+
+    def terminate(signum, frame):  # SIGTERM: unwind like Ctrl-C so every process is stopped
+        raise SystemExit(128 + signum)
+
+    signal.signal(signal.SIGTERM, terminate)
+    with Federation(args.workdir, nodes, port=args.port) as federation:
+        try:
+            federation.start()
+            for node in nodes:
+                print(f"SuperNode {node.name}: node id {federation.node_ids[node.name]}, "
+                      f"--node-config '{node_config_arg(node.config)}'", flush=True)
+            result = federation.run(with_node_budgets(args.run_config, nodes), timeout=args.timeout,
+                                    echo=True)
+        except LaunchError as err:
+            print(f"launch failed: {err}", file=sys.stderr)
+            return 1
+        except KeyboardInterrupt:
+            print("interrupted; stopping every process", file=sys.stderr)
+            return 130
+    print(f"run {result.run_id}: {result.status} (logs in {federation.logs})", flush=True)
+    return 0 if result.ok else 1
+
+
+if __name__ == "__main__":
+    sys.exit(main())
