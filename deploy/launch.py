@@ -357,6 +357,8 @@ def parse_nodes(args: argparse.Namespace, workdir: Path) -> list[Node]:
                 config = dict(parse_config_args([text]))
             except (Exception, SystemExit) as err:  # flwr reports TOML errors in several ways
                 raise ValueError(f"--node-config {text!r} is malformed: {err}") from None
+            if not config:
+                raise ValueError(f"--node-config {text!r} sets no key=value")
             name = f"site-{i}"
             config.setdefault("state-dir", str(workdir / "sites" / name / "state"))
             nodes.append(Node(name, config))

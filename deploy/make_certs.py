@@ -1,6 +1,7 @@
 """Credentials for a TLS + SuperNode-authenticated Flower federation (development use).
 
     python -m deploy.make_certs --out creds --nodes site-a,site-b [--hosts 127.0.0.1,localhost]
+    python -m deploy.make_certs --out creds --nodes site-a --keys-only    # at a site: its key pair only
 
 Writes into ``--out``:
 - ``ca.crt`` / ``ca.key``: a private certificate authority (every site and ``flwr`` get ``ca.crt``);
@@ -68,6 +69,25 @@ def _pem_key(key: ec.EllipticCurvePrivateKey) -> bytes:
                              serialization.NoEncryption())
 
 
+def make_node_keys(out: Path, nodes: list[str]) -> dict[str, tuple[Path, Path]]:
+    """One OpenSSH EC P-384 key pair per node: ``out/keys/<node>`` and ``out/keys/<node>.pub``."""
+    bad = [n for n in nodes if not NODE_NAME.match(n)]
+    if bad:
+        raise ValueError(f"nodes: {bad[0]!r} is not a valid node name (letters, digits, '_', '.', '-')")
+    if len(set(nodes)) != len(nodes):
+        raise ValueError(f"nodes = {nodes}: names must be unique")
+    keys = {}
+    for node in nodes:
+        key = ec.generate_private_key(ec.SECP384R1())
+        private = key.private_bytes(serialization.Encoding.PEM, serialization.PrivateFormat.OpenSSH,
+                                    serialization.NoEncryption())
+        public = key.public_key().public_bytes(serialization.Encoding.OpenSSH,
+                                               serialization.PublicFormat.OpenSSH)
+        keys[node] = (_write(out / "keys" / node, private, private=True),
+                      _write(out / "keys" / f"{node}.pub", public + b"\n"))
+    return keys
+
+
 def make_credentials(out: Path, nodes: list[str], hosts: list[str] | tuple[str, ...] = DEFAULT_HOSTS,
                      days: int = 365) -> Credentials:
     """Write a CA, a SuperLink certificate for ``hosts`` and one key pair per node into ``out``."""
@@ -75,11 +95,7 @@ def make_credentials(out: Path, nodes: list[str], hosts: list[str] | tuple[str, 
         raise ValueError("hosts = []: the server certificate needs at least one host name or IP")
     if days < 1:
         raise ValueError(f"days = {days}: must be >= 1")
-    bad = [n for n in nodes if not NODE_NAME.match(n)]
-    if bad:
-        raise ValueError(f"nodes: {bad[0]!r} is not a valid node name (letters, digits, '_', '.', '-')")
-    if len(set(nodes)) != len(nodes):
-        raise ValueError(f"nodes = {nodes}: names must be unique")
+    node_keys = make_node_keys(out, nodes)
     now = dt.datetime.now(dt.timezone.utc)
     start, end = now - dt.timedelta(minutes=5), now + dt.timedelta(days=days)
 
@@ -106,15 +122,6 @@ def make_credentials(out: Path, nodes: list[str], hosts: list[str] | tuple[str, 
         .sign(ca_key, hashes.SHA256())
     )
     pem = serialization.Encoding.PEM
-    node_keys = {}
-    for node in nodes:
-        key = ec.generate_private_key(ec.SECP384R1())
-        private = key.private_bytes(pem, serialization.PrivateFormat.OpenSSH,
-                                    serialization.NoEncryption())
-        public = key.public_key().public_bytes(serialization.Encoding.OpenSSH,
-                                               serialization.PublicFormat.OpenSSH)
-        node_keys[node] = (_write(out / "keys" / node, private, private=True),
-                           _write(out / "keys" / f"{node}.pub", public + b"\n"))
     _write(out / "ca.key", _pem_key(ca_key), private=True)
     return Credentials(
         ca_cert=_write(out / "ca.crt", ca_cert.public_bytes(pem)),
@@ -128,21 +135,27 @@ def main(argv: list[str] | None = None) -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--out", type=Path, required=True, help="output folder")
     parser.add_argument("--nodes", default="site-1,site-2",
-                        help="comma-separated SuperNode names, one key pair each")
+                        help="comma-separated SuperNode names, one key pair each ('' for none)")
     parser.add_argument("--hosts", default=",".join(DEFAULT_HOSTS),
                         help="comma-separated IPs/DNS names the SuperLink is reached at")
     parser.add_argument("--days", type=int, default=365, help="validity in days")
+    parser.add_argument("--keys-only", action="store_true",
+                        help="only the SuperNode key pairs (what a site makes for itself)")
     args = parser.parse_args(argv)
     nodes = [n for n in args.nodes.split(",") if n]
     hosts = [h for h in args.hosts.split(",") if h]
     try:
-        creds = make_credentials(args.out, nodes, hosts, args.days)
+        if args.keys_only:
+            node_keys = make_node_keys(args.out, nodes)
+        else:
+            creds = make_credentials(args.out, nodes, hosts, args.days)
+            node_keys = creds.node_keys
+            print(f"CA certificate:     {creds.ca_cert}  (to every site and every flwr user)")
+            print(f"SuperLink cert/key: {creds.server_cert} {creds.server_key}  (stay on the coordinator)")
     except ValueError as err:
         parser.error(str(err))
-    print(f"CA certificate:     {creds.ca_cert}")
-    print(f"SuperLink cert/key: {creds.server_cert} {creds.server_key}")
-    for node, (private, public) in creds.node_keys.items():
-        print(f"SuperNode {node}: private {private}, public {public}")
+    for node, (private, public) in node_keys.items():
+        print(f"SuperNode {node}: private {private} (stays at the site), public {public} (to register)")
 
 
 if __name__ == "__main__":
