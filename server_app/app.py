@@ -34,7 +34,10 @@ def run_directory(config: RunConfig) -> Path:
 
 
 def check_budgets(config: RunConfig, num_layers: int, num_nodes: int) -> None:
-    """Budgets must fit the model (1..L) and not outnumber the clients."""
+    """Budgets must fit the model (1..L) and not outnumber the connected clients.
+
+    On the Deployment Engine, where sites declare ``layer-budget`` themselves, set ``budgets = ""``.
+    """
     budgets = parse_budgets(config.budgets)
     too_big = [b for b in budgets if b != "auto" and b > num_layers]
     if too_big:
@@ -89,7 +92,9 @@ def main(grid: Grid, context: Context) -> None:
                               "pick another run-name or set resume-from")
     except (ConfigError, ValueError, FileNotFoundError) as err:
         log(ERROR, "Invalid run configuration: %s", err)
-        raise SystemExit(f"Invalid run configuration: {err}") from None
+        # Not SystemExit: Flower's ServerApp runner catches Exception only, and a SystemExit skips
+        # its exit handler, so on the Deployment Engine the log would never reach `flwr run --stream`.
+        raise ConfigError(f"Invalid run configuration: {err}") from None
 
     recorder = Recorder(run_dir, config.num_server_rounds, layer_names,
                         progress_bar=config.progress_bar, first_round=start_round)

@@ -33,6 +33,7 @@ from strategies.validation import (
     METRICS_KEY,
     LayerReport,
     Rejected,
+    check_evaluation,
     check_scores,
     check_update,
     unique_by_node,
@@ -41,6 +42,7 @@ from strategies.validation import (
 QUERY_LNTK = f"{MessageType.QUERY}.lntk"
 CONFIG_KEY = "config"
 PHASES = ("scoring", "optimising", "training", "aggregating", "evaluating")
+STAGES = {"scoring": "scores", "training": "train", "evaluating": "evaluate"}
 
 
 @dataclass
@@ -139,10 +141,19 @@ class LayerSelectionStrategy(Strategy):
         return self.personal.get(node_id, self.global_state)
 
     def _send(self, grid: Grid, messages: list[Message], phase: str) -> list[Message]:
+        """Send, wait up to the round timeout, and reject errors, strays and missing replies.
+
+        Replies are matched to the messages sent (the Grid gives them ids when pushing), so a
+        node the SuperLink reports unavailable, or that never answers, is recorded under its own
+        node id; only non-error replies from their addressees are returned.
+        """
         start = time.perf_counter()
         replies = list(grid.send_and_receive(messages, timeout=self.timeout)) if messages else []
         self.round_log.seconds[phase] += time.perf_counter() - start
-        return replies
+        kept, problems = unique_by_node(replies, sent=messages)
+        for node, reason in problems:
+            self.round_log.reject(node, STAGES[phase], reason)
+        return kept
 
     def _message(self, node_id: int, kind: str, config: dict, arrays: ArrayRecord | None) -> Message:
         content = RecordDict({CONFIG_KEY: ConfigRecord({**self.common_config, **config})})
@@ -222,7 +233,9 @@ class LayerSelectionStrategy(Strategy):
                 if node not in log_.masks:
                     raise Rejected("reply from a node that was not assigned layers this round")
                 assigned = np.flatnonzero(log_.masks[node])
-                update = check_update(msg, self._state_for(node), assigned)
+                report = log_.reports.get(node)
+                update = check_update(msg, self._state_for(node), assigned,
+                                      expected_examples=report.num_examples if report else None)
             except Rejected as err:
                 log_.reject(node, "train", str(err))
                 continue
@@ -255,11 +268,10 @@ class LayerSelectionStrategy(Strategy):
             self.round_log.reject(node, "evaluate", reason)
         for msg in kept:
             node = msg.metadata.src_node_id
-            if msg.has_error() or METRICS_KEY not in msg.content.metric_records:
-                reason = msg.error.reason if msg.has_error() else "no metrics"
-                self.round_log.reject(node, "evaluate", reason)
-                continue
-            self.round_log.eval_metrics[node] = dict(msg.content[METRICS_KEY])
+            try:
+                self.round_log.eval_metrics[node] = check_evaluation(msg)
+            except Rejected as err:
+                self.round_log.reject(node, "evaluate", str(err))
         means = weighted_means(self.round_log.eval_metrics)
         return MetricRecord(means) if means else None
 
