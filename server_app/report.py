@@ -103,9 +103,9 @@ def load_runs(experiment_dir: Path) -> tuple[list[Run], list[str]]:
 
 
 def mean_std(values: Sequence[float]) -> tuple[float, float]:
-    """Mean and sample standard deviation (ddof = 1; 0 for a single value)."""
+    """Mean and sample standard deviation (ddof = 1; NaN, shown as no spread, for a single value)."""
     arr = np.asarray(values, dtype=float)
-    return float(arr.mean()), float(arr.std(ddof=1)) if arr.size > 1 else 0.0
+    return float(arr.mean()), float(arr.std(ddof=1)) if arr.size > 1 else float("nan")
 
 
 def summarise(runs: Sequence[Run], groups: Sequence[str]) -> list[dict]:
@@ -134,6 +134,11 @@ def _client_label(key: str, budgets: list) -> str:
     return f"client {key[1:]} (k={budgets[int(key[1:]) % len(budgets)]})" if budgets else f"client {key[1:]}"
 
 
+def _pm(value: tuple[float, float], digits: int) -> str:
+    mean, std = value
+    return f"{mean:.{digits}f}" if np.isnan(std) else f"{mean:.{digits}f} ± {std:.{digits}f}"
+
+
 def markdown_table(rows: Sequence[dict], budgets: list) -> str:
     clients = [k for k in rows[0] if k.startswith("c") and k[1:].isdigit()]
     head = ["strategy", "seeds", *[_client_label(k, budgets) for k in clients], "overall",
@@ -141,10 +146,8 @@ def markdown_table(rows: Sequence[dict], budgets: list) -> str:
     lines = ["| " + " | ".join(head) + " |", "|" + "|".join(["---"] * len(head)) + "|"]
     for row in rows:
         cells = [row["strategy"], ",".join(map(str, row["seeds"]))]
-        cells += [f"{row[k][0]:.1f} ± {row[k][1]:.1f}" if k in row else "-" for k in clients]
-        cells += [f"**{row['overall'][0]:.2f} ± {row['overall'][1]:.2f}**",
-                  f"{row['uplink_mb'][0]:.2f} ± {row['uplink_mb'][1]:.2f}",
-                  f"{row['seconds'][0]:.1f} ± {row['seconds'][1]:.1f}"]
+        cells += [_pm(row[k], 1) if k in row else "-" for k in clients]
+        cells += [f"**{_pm(row['overall'], 2)}**", _pm(row["uplink_mb"], 2), _pm(row["seconds"], 1)]
         lines.append("| " + " | ".join(cells) + " |")
     return "\n".join(lines) + "\n"
 
