@@ -322,16 +322,22 @@ class Federation:
         proc = self.processes.get(name)
         if proc is None:
             return
-        with contextlib.suppress(ProcessLookupError):
-            os.killpg(proc.pid, sig)
+
+        def signal_group(signum: int) -> None:
+            # once our leader is reaped its PID is free: a live /proc/<pid> is someone else's
+            if proc.returncode is not None and Path(f"/proc/{proc.pid}").exists():
+                return
+            with contextlib.suppress(ProcessLookupError):
+                os.killpg(proc.pid, signum)
+
+        if proc.poll() is None:
+            signal_group(sig)
         try:
             proc.wait(timeout=grace)
         except subprocess.TimeoutExpired:
-            with contextlib.suppress(ProcessLookupError):
-                os.killpg(proc.pid, signal.SIGKILL)
+            signal_group(signal.SIGKILL)
             proc.wait(timeout=grace)
-        with contextlib.suppress(ProcessLookupError):  # helpers of an already finished leader
-            os.killpg(proc.pid, signal.SIGKILL)
+        signal_group(signal.SIGKILL)  # helpers (SuperExec, App processes) of a finished leader
 
     def stop_all(self) -> None:
         """Stop everything this federation started, newest first."""

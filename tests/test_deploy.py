@@ -139,7 +139,8 @@ def test_killed_node_is_recorded_the_run_completes_and_the_restarted_node_rejoin
     seen = log.read_text().count("Receiving:")
     outcome = {}
     runner = threading.Thread(target=lambda: outcome.setdefault("result", federation.run(
-        run_config(tmp_path, "fault", **{"num-server-rounds": 2, "round-timeout": 600}),
+        run_config(tmp_path, "fault", **{"num-server-rounds": 2, "round-timeout": 600,
+                                         "fraction-evaluate": 0.0}),
         timeout=RUN_TIMEOUT)))
     runner.start()
     try:

@@ -62,8 +62,11 @@ def alive(pid: int) -> bool:
         return False
 
 
-def kill_tree(proc: subprocess.Popen) -> None:
-    """Freeze the process and every descendant (so none can start more), then SIGKILL each by PID."""
+def kill_tree(proc: subprocess.Popen) -> list[str]:
+    """Freeze the process and every descendant (so none can start more), then SIGKILL each by PID.
+
+    Returns the command lines of the killed descendants.
+    """
     with contextlib.suppress(ProcessLookupError):
         os.kill(proc.pid, signal.SIGSTOP)
     tree: set[int] = set()
@@ -72,6 +75,10 @@ def kill_tree(proc: subprocess.Popen) -> None:
             with contextlib.suppress(ProcessLookupError):
                 os.kill(pid, signal.SIGSTOP)
         tree |= new
+    cmdlines = []
+    for pid in tree:
+        with contextlib.suppress(OSError):
+            cmdlines.append((Path("/proc") / str(pid) / "cmdline").read_bytes().replace(b"\0", b" ").decode())
     with contextlib.suppress(ProcessLookupError):
         os.killpg(proc.pid, signal.SIGKILL)
     for pid in tree:
@@ -80,6 +87,7 @@ def kill_tree(proc: subprocess.Popen) -> None:
     proc.wait(timeout=60)
     time.sleep(1)
     assert not [pid for pid in tree if alive(pid)], "processes of the killed simulation survived"
+    return cmdlines
 
 
 def checkpoint_round(run_dir: Path) -> int:
@@ -101,9 +109,11 @@ def interrupted(tmp_path_factory):
     settings = {**SETTINGS, "results-dir": str(tmp), "run-name": "run"}
     command = [sys.executable, "run_simulation.py", "--num-clients", str(CLIENTS), "--client-cpus", "1",
                "--run-config", " ".join(f"{k}={toml(v)}" for k, v in settings.items())]
+    env = {**os.environ, "RAY_ENABLE_WINDOWS_OR_OSX_CLUSTER": "0"}  # Ray on 127.0.0.1 only
     with open(tmp / "simulation.log", "wb") as log:
-        proc = subprocess.Popen(command, cwd=ROOT, stdout=log, stderr=subprocess.STDOUT,
+        proc = subprocess.Popen(command, cwd=ROOT, stdout=log, stderr=subprocess.STDOUT, env=env,
                                 start_new_session=True)
+    cmdlines: list[str] = []
     try:
         deadline = time.monotonic() + 900
         while checkpoint_round(run_dir) < 2:
@@ -111,7 +121,9 @@ def interrupted(tmp_path_factory):
             assert time.monotonic() < deadline, "round 2 never finished"
             time.sleep(0.1)
     finally:
-        kill_tree(proc)
+        cmdlines = kill_tree(proc)
+    addresses = {a.split()[0] for c in cmdlines for a in c.split("--node-ip-address=")[1:]}
+    assert addresses == {"127.0.0.1"}, addresses  # Ray gcs/raylet name the IP they bind to
     snapshot = tmp / "at-kill"
     shutil.copytree(run_dir, snapshot)
     return run_dir, snapshot
