@@ -265,9 +265,11 @@ class Federation:
     def run(self, run_config: str = "", timeout: float | None = None, echo: bool = False) -> RunResult:
         """``flwr run <app> <connection> --stream``; then the run's final status from the SuperLink.
 
-        ``flwr run`` exits 0 even when the run failed, so success is read with ``flwr list``.
-        On ``timeout`` the run is stopped (``flwr stop``) and reported as ``"timeout"``.
+        ``flwr run --stream`` only shows the log and exits 0 even when the run failed, so the
+        outcome is read with ``flwr list``; if the CLI dies early, the run goes on and is waited
+        for. On ``timeout`` the run is stopped (``flwr stop``) and reported as ``"timeout"``.
         """
+        deadline = None if timeout is None else time.monotonic() + timeout
         command = ["flwr", "run", str(self.app_dir), CONNECTION, "--stream"]
         if run_config:
             command += ["--run-config", run_config]
@@ -292,13 +294,17 @@ class Federation:
         reader.join(timeout=10)
         output = "".join(lines)
         found = RUN_STARTED.search(output)
-        run_id = int(found.group(1)) if found else None
-        if run_id is None:
+        if found is None:
             return RunResult(None, "not started", output)
-        if proc.returncode is None or proc.returncode < 0:
+        run_id = int(found.group(1))
+        if proc.returncode != 0:
+            output += f"\n[launcher] flwr run ended with code {proc.returncode}; polling the run\n"
+        remaining = 24 * 3600.0 if deadline is None else max(deadline - time.monotonic(), 60.0)
+        status = self.run_status(run_id, timeout=remaining)
+        if not status.startswith("finished"):
             self.flwr("stop", str(run_id), CONNECTION)
-            return RunResult(run_id, "timeout", output)
-        return RunResult(run_id, self.run_status(run_id), output)
+            status = "timeout"
+        return RunResult(run_id, status, output)
 
     def run_status(self, run_id: int, timeout: float = 60) -> str:
         """The run's status as ``flwr list`` reports it, once it is final (``finished:...``)."""
@@ -313,7 +319,7 @@ class Federation:
             return status.startswith("finished")
 
         with contextlib.suppress(LaunchError):
-            _wait(final, timeout, f"run {run_id} to finish", interval=2)
+            _wait(final, timeout, f"run {run_id} to finish", interval=5)
         return status
 
     # ------------------------------------------------------------------ stopping
