@@ -9,7 +9,8 @@ Layout of ``<results-dir>/<experiment>/``: ``experiment.json`` (the sweep's sett
 the main table's F3OCUS runs. Each run is its own ``python run_simulation.py`` process, so Ray and
 all memory are released between runs.
 
-Resuming: a run whose ``rounds.jsonl`` holds every round and whose final adapters exist is skipped;
+Resuming: a run whose ``rounds.jsonl`` holds every round (the last one evaluated) and whose final
+adapters exist is skipped;
 a run interrupted after a checkpoint continues from it (``resume-from``); any other leftover is
 started afresh. The tables and figures are then written by `server_app.report`.
 """
@@ -100,11 +101,13 @@ def check_values(values: dict[str, object], strategies: tuple[str, ...]) -> RunC
 
 
 def is_complete(run_dir: Path, num_rounds: int) -> bool:
-    """All rounds logged and the final adapters written."""
+    """All rounds logged, the last one evaluated by at least one client, final adapters written
+    (a run whose every client failed is not a result: it is run again)."""
     rounds = run_dir / "rounds.jsonl"
     if not rounds.exists() or not (run_dir / "adapters.safetensors").exists():
         return False
-    return len(rounds.read_text().splitlines()) >= num_rounds
+    lines = rounds.read_text().splitlines()
+    return len(lines) >= num_rounds and bool(json.loads(lines[-1]).get("evaluate"))
 
 
 def _toml(values: dict[str, object]) -> str:

@@ -15,7 +15,7 @@ LAYERS = ["l0", "l1", "l2", "l3"]
 
 
 def write_run(root: Path, name: str, strategy: str, seed: int, acc: tuple[float, float],
-              optimizer: str = "nsga2", complete: bool = True) -> None:
+              optimizer: str = "nsga2", complete: bool = True, evaluated: bool = True) -> None:
     run = root / "runs" / name
     run.mkdir(parents=True)
     config = {"strategy": strategy, "seed": seed, "optimizer": optimizer, "budgets": "2,1",
@@ -24,7 +24,8 @@ def write_run(root: Path, name: str, strategy: str, seed: int, acc: tuple[float,
     rounds, clients = [], []
     for r in (1, 2):
         rounds.append({"round": r, "seconds": 10.0 * r + seed, "bytes-up": 1e6 * (r + seed),
-                       "train": {"train_loss": 2.0 / r + seed}, "evaluate": {}})
+                       "train": {"train_loss": 2.0 / r + seed},
+                       "evaluate": {"accuracy": 0.5} if evaluated else {}})
         for pid, (k, n) in enumerate(((2, 30), (1, 10))):
             scores = np.roll([0.4, 0.3, 0.2, 0.1], pid + r).tolist()
             clients.append({"round": r, "partition-id": pid, "budget": k, "eigenvalues": scores,
@@ -49,6 +50,7 @@ def experiment(tmp_path):
             write_run(tmp_path, name, strategy, seed, acc)
     write_run(tmp_path, "f3ocus-sa-s0", "f3ocus", 0, (0.1, 0.1), optimizer="sa")
     write_run(tmp_path, "lntk-s3", "lntk", 3, (0.0, 0.0), complete=False)
+    write_run(tmp_path, "lntk-s4", "lntk", 4, (0.0, 0.0), evaluated=False)  # every client failed
     (tmp_path / "experiment.json").write_text(json.dumps(
         {"strategies": ["lntk", "f3ocus"], "optimizer": "nsga2", "optimizers": ["nsga2", "sa"],
          "commands": ["python run_simulation.py --strategies lntk,f3ocus"]}))
@@ -71,7 +73,7 @@ def test_table_means_and_sample_stds_are_exact(experiment):
     assert float(rows["lntk"]["uplink_mb_mean"]) == pytest.approx(2.5)
     assert float(rows["lntk"]["seconds_std"]) == pytest.approx(1.0)
     table = (root / "table.md").read_text()
-    assert "Incomplete runs left out: lntk-s3" in table
+    assert "Incomplete runs left out: lntk-s3, lntk-s4" in table
     assert "| f3ocus | 0,1,2 |" in table and "client 1 (k=1)" in table
     assert "python run_simulation.py --strategies lntk,f3ocus" in table
     names = {p.name for p in written}
