@@ -202,6 +202,11 @@ def main(argv: list[str] | None = None) -> int:
         print(f"error: only {done} of {config.num_server_rounds} rounds completed ({run_dir})",
               file=sys.stderr)
         return 1
+    last = json.loads(rounds.read_text().splitlines()[-1])
+    if not last["evaluate"]:
+        print(f"error: no client evaluated the last round ({run_dir}); see the log above",
+              file=sys.stderr)
+        return 1
     print(f"\nResults: {run_dir}\n{client_table(run_dir)}")
     return 0
 

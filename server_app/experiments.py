@@ -11,8 +11,9 @@ all memory are released between runs.
 
 Resuming: a run whose ``rounds.jsonl`` holds every round (the last one evaluated) and whose final
 adapters exist is skipped;
-a run interrupted after a checkpoint continues from it (``resume-from``); any other leftover is
-started afresh. The tables and figures are then written by `server_app.report`.
+a run interrupted after a checkpoint of an earlier round continues from it (``resume-from``); any
+other leftover (e.g. a run whose clients all failed) is started afresh. The tables and figures are
+then written by `server_app.report`.
 """
 
 from __future__ import annotations
@@ -137,7 +138,8 @@ def run_sweep(base: dict[str, object], specs: Sequence[RunSpec], experiment_dir:
             echo(f"{tag}: complete, skipped")
             outcomes.append(Outcome(spec, "skipped", 0.0))
             continue
-        if (run_dir / "checkpoint" / "state.json").exists():
+        state = run_dir / "checkpoint" / "state.json"
+        if state.exists() and json.loads(state.read_text())["round"] < int(values["num-server-rounds"]):
             values["resume-from"] = str(run_dir)
         elif run_dir.exists():
             shutil.rmtree(run_dir)
