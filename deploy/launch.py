@@ -345,10 +345,31 @@ class Federation:
             proc.wait(timeout=grace)
         signal_group(signal.SIGKILL)  # helpers (SuperExec, App processes) of a finished leader
 
+    def strays(self) -> dict[int, str]:
+        """Live processes whose command line names this federation's folder or ports (Linux).
+
+        SuperExec and ServerApp/ClientApp processes watch their parent's PID, but a parent left
+        as an unreaped zombie still "exists", so they can outlive it; these are found here.
+        """
+        ports = "|".join(str(p) for p in range(self.port, self._next_runtime_port))
+        mark = re.compile(rf"{re.escape(str(self.workdir) + os.sep)}|{re.escape(HOST)}:({ports})(?!\d)")
+        found = {}
+        for proc in Path("/proc").glob("[0-9]*"):
+            try:
+                cmdline = (proc / "cmdline").read_bytes().replace(b"\0", b" ").decode(errors="replace")
+            except OSError:
+                continue
+            if int(proc.name) not in (os.getpid(), os.getppid()) and mark.search(cmdline):
+                found[int(proc.name)] = cmdline
+        return found
+
     def stop_all(self) -> None:
-        """Stop everything this federation started, newest first."""
+        """Stop everything this federation started, newest first, then any process left of it."""
         for name in reversed(list(self.processes)):
             self.stop(name)
+        for pid in self.strays():
+            with contextlib.suppress(ProcessLookupError):
+                os.kill(pid, signal.SIGKILL)
 
     def __enter__(self) -> Federation:
         return self

@@ -2,7 +2,7 @@
 three SuperNodes with their own budgets, refused nodes, and a node killed in the middle of a run.
 
 One federation (deploy.launch.Federation) serves the whole module; every process it starts is
-stopped by its PID at the end, and the teardown fails if any process of it is left.
+stopped by its PID at the end, and the teardown fails if any process naming its folder or ports is left.
 """
 
 from __future__ import annotations
@@ -44,23 +44,6 @@ def free_port_block(size: int) -> int:
     raise RuntimeError("no block of free ports on 127.0.0.1")
 
 
-def processes_of(federation: Federation) -> dict[int, str]:
-    """Live processes whose command line names this federation's folder or one of its ports."""
-    marks = [str(federation.workdir)] + [f"127.0.0.1:{p}" for p in
-                                         range(federation.port, federation._next_runtime_port)]
-    found = {}
-    for proc in Path("/proc").iterdir():
-        if not proc.name.isdigit():
-            continue
-        try:
-            cmdline = (proc / "cmdline").read_bytes().replace(b"\0", b" ").decode(errors="replace")
-        except OSError:
-            continue
-        if any(mark in cmdline for mark in marks):
-            found[int(proc.name)] = cmdline
-    return found
-
-
 @pytest.fixture(scope="module")
 def federation(tmp_path_factory):
     workdir = tmp_path_factory.mktemp("federation")
@@ -71,10 +54,10 @@ def federation(tmp_path_factory):
         fed.start(timeout=600)
         yield fed
     finally:
-        fed.stop_all()
-        time.sleep(2)  # SuperExecs and Apps watch their parent's PID and exit with it
-        left = processes_of(fed)
-        for pid in left:  # never leave anything behind, even when the assertion below fails
+        fed.stop_all()  # every process by its PID, then any SuperExec/App process left of them
+        time.sleep(2)
+        left = fed.strays()
+        for pid in left:
             with contextlib.suppress(ProcessLookupError):
                 os.kill(pid, signal.SIGKILL)
         assert not left, f"processes left running: {left}"
