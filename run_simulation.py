@@ -16,6 +16,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import os
 import shlex
 import sys
 import time
@@ -65,6 +66,7 @@ def resolve(overrides: dict[str, object]) -> RunConfig:
 
 def simulate(config: RunConfig, num_clients: int, client_cpus: float, client_gpus: float) -> None:
     """Run the app exactly as ``flwr run`` does in its simulation process, but in this process."""
+    os.environ.setdefault("RAY_ENABLE_WINDOWS_OR_OSX_CLUSTER", "0")  # Ray binds 127.0.0.1 only
     from flwr.app import Context, RecordDict
     from flwr.common.constant import RUN_ID_NUM_BYTES, SUPERLINK_NODE_ID, TASK_ID_NUM_BYTES
     from flwr.server.superlink.linkstate.utils import generate_rand_int_from_bytes
