@@ -20,9 +20,8 @@ import os
 import shlex
 import sys
 import time
-from pathlib import Path
-
 import tomllib
+from pathlib import Path
 
 from server_app.config import PROJECT_ROOT, ConfigError, RunConfig, default_config, parse_budgets
 

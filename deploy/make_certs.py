@@ -96,7 +96,7 @@ def make_credentials(out: Path, nodes: list[str], hosts: list[str] | tuple[str, 
     if days < 1:
         raise ValueError(f"days = {days}: must be >= 1")
     node_keys = make_node_keys(out, nodes)
-    now = dt.datetime.now(dt.timezone.utc)
+    now = dt.datetime.now(dt.UTC)
     start, end = now - dt.timedelta(minutes=5), now + dt.timedelta(days=days)
 
     ca_key = ec.generate_private_key(ec.SECP256R1())

@@ -6,11 +6,10 @@ setting stops the run before round 1 with one line naming the key and the value.
 
 from __future__ import annotations
 
+import tomllib
 from collections.abc import Mapping
 from dataclasses import dataclass, fields
 from pathlib import Path
-
-import tomllib
 
 from metaheuristics import ALGORITHMS
 from tasks import DATASETS, PARTITIONERS

@@ -3,14 +3,15 @@ F3OCUS's overhead is 151.4 s vs 137.5 s per round, i.e. ~10%).
 
     python -m tasks.bench --model minilm-effnet --dataset easy-vqa --json
 
-Defaults (the app's run config uses the same): LNTK on SCORING_BATCH = 16 training samples
-(mode "loss"); one local round = LOCAL_STEPS = 20 AdamW steps of BATCH_SIZE = 16, lr 1e-4,
-head_lr 3e-3, on BUDGET = 4 layers (the top-4 LNTK layers, as F3OCUS would train them). The
-client is partition 0 of 5 (by-question-type). Before timing, one forward pass warms up the
-kernels (both timings then measure steady state). Prints lntk_s, train_round_s,
-overhead = lntk_s / train_round_s, samples_per_s (training), peak_rss_mb (whole process), and,
-because wall time on a shared machine depends on the other processes, the same in process CPU
-seconds (lntk_cpu_s, train_round_cpu_s, overhead_cpu) and the 1-minute load average.
+The scoring batch, local steps, batch size and learning rates default to the app's own run config
+(`[tool.flwr.app.config]` in pyproject.toml), so "one local round" is the round a client really
+runs. LNTK (mode "loss") scores all layers; the round trains BUDGET = 4 layers (the top-4 LNTK
+layers, as F3OCUS would train them). The client is partition 0 of 5 (by-question-type). Before
+timing, one forward pass warms up the kernels (both timings then measure steady state). Prints
+lntk_s, train_round_s, overhead = lntk_s / train_round_s, samples_per_s (training), peak_rss_mb
+(whole process), and, because wall time on a shared machine depends on the other processes, the
+same in process CPU seconds (lntk_cpu_s, train_round_cpu_s, overhead_cpu) and the 1-minute load
+average.
 """
 
 from __future__ import annotations
@@ -21,32 +22,42 @@ import os
 import resource
 import sys
 import time
+import tomllib
+from pathlib import Path
 
 import numpy as np
 import torch
+from scipy.stats import spearmanr
 
 from tasks.data import load_partition
 from tasks.lntk import layer_scores
 from tasks.models import build_model
 from tasks.train import train
 
-SCORING_BATCH = 16
-LOCAL_STEPS = 20
-BATCH_SIZE = 16
-LR = 1e-4
-HEAD_LR = 3e-3
 BUDGET = 4
+PYPROJECT = Path(__file__).resolve().parents[1] / "pyproject.toml"
+
+
+def app_defaults(path: Path = PYPROJECT) -> dict[str, int | float]:
+    """The run-config defaults the benchmark shares with the app (scoring batch, round, lrs)."""
+    config = tomllib.loads(path.read_text())["tool"]["flwr"]["app"]["config"]
+    keys = ("score-batch-size", "local-steps", "batch-size", "lr", "head-lr", "weight-decay")
+    return {key: config[key] for key in keys}
+
+
+APP = app_defaults()
 
 
 def run(
     model_name: str,
     dataset: str,
     *,
-    scoring_batch: int = SCORING_BATCH,
-    steps: int = LOCAL_STEPS,
-    batch_size: int = BATCH_SIZE,
+    scoring_batch: int = APP["score-batch-size"],
+    steps: int = APP["local-steps"],
+    batch_size: int = APP["batch-size"],
     budget: int = BUDGET,
     seed: int = 0,
+    rank_check: bool = False,
 ) -> dict[str, float]:
     part = load_partition(dataset, 0, 5, "by-question-type", seed=seed)
     model = build_model(model_name, len(part.labels), task=part.task, seed=seed)
@@ -58,8 +69,10 @@ def run(
     mask = np.zeros(len(model.layer_names), bool)
     mask[np.argsort(-scores.scores)[: min(budget, len(mask))]] = True
     start, cpu = time.perf_counter(), time.process_time()
-    train(model, part.train, mask, steps=steps, batch_size=batch_size, lr=LR, head_lr=HEAD_LR)
+    train(model, part.train, mask, steps=steps, batch_size=batch_size, lr=APP["lr"],
+          head_lr=APP["head-lr"], weight_decay=APP["weight-decay"])
     train_s, train_cpu = time.perf_counter() - start, time.process_time() - cpu
+    extra = rank_agreement(model, part.train, scoring_batch, budget) if rank_check else {}
     return {
         "model": model_name,
         "dataset": dataset,
@@ -78,6 +91,32 @@ def run(
         "peak_rss_mb": round(resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024, 1),
         "torch_threads": torch.get_num_threads(),
         "load_avg_1m": round(os.getloadavg()[0], 2),
+        **extra,
+    }
+
+
+def rank_agreement(
+    model: torch.nn.Module, samples: list, scoring_batch: int, budget: int, batches: int = 4,
+    reference: int = 64,
+) -> dict[str, float]:
+    """Is the scoring batch big enough? Spearman ρ between the layer scores of `batches` disjoint
+    scoring batches and those of up to `reference` other samples, and the share of the reference
+    top-k layers (k = budget) that each batch also ranks top-k."""
+    reference = min(reference, len(samples) - batches * scoring_batch)
+    if reference < 2 * scoring_batch:
+        raise ValueError(f"--rank-check needs at least {(batches + 2) * scoring_batch} training samples, "
+                         f"the partition has {len(samples)}")
+    ref = layer_scores(model, samples[-reference:]).scores
+    top = set(np.argsort(-ref)[:budget])
+    rho, overlap = [], []
+    for b in range(batches):
+        scores = layer_scores(model, samples[b * scoring_batch : (b + 1) * scoring_batch]).scores
+        rho.append(spearmanr(scores, ref).statistic)
+        overlap.append(len(top & set(np.argsort(-scores)[:budget])) / budget)
+    return {
+        "rank_rho_mean": round(float(np.mean(rho)), 3),
+        "rank_rho_min": round(float(np.min(rho)), 3),
+        "topk_overlap_mean": round(float(np.mean(overlap)), 3),
     }
 
 
@@ -85,11 +124,13 @@ def main(argv: list[str] | None = None) -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--model", default="minilm-effnet")
     parser.add_argument("--dataset", default="easy-vqa")
-    parser.add_argument("--scoring-batch", type=int, default=SCORING_BATCH)
-    parser.add_argument("--steps", type=int, default=LOCAL_STEPS)
-    parser.add_argument("--batch-size", type=int, default=BATCH_SIZE)
+    parser.add_argument("--scoring-batch", type=int, default=APP["score-batch-size"])
+    parser.add_argument("--steps", type=int, default=APP["local-steps"])
+    parser.add_argument("--batch-size", type=int, default=APP["batch-size"])
     parser.add_argument("--budget", type=int, default=BUDGET)
     parser.add_argument("--seed", type=int, default=0)
+    parser.add_argument("--rank-check", action="store_true",
+                        help="after the round, compare layer ranks on scoring batches with a 64-sample one")
     parser.add_argument("--threads", type=int, default=None, help="torch threads (default: torch's)")
     parser.add_argument("--json", action="store_true", help="print one JSON line")
     args = parser.parse_args(argv)
@@ -103,6 +144,7 @@ def main(argv: list[str] | None = None) -> None:
         batch_size=args.batch_size,
         budget=args.budget,
         seed=args.seed,
+        rank_check=args.rank_check,
     )
     if args.json:
         print(json.dumps(result))
