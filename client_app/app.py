@@ -34,7 +34,8 @@ def lntk(msg: Message, context: Context) -> Message:
     if config["score"] == "none":
         eigenvalues = np.zeros(num_layers)
     else:
-        load_global(setup, context, from_record(msg.content["arrays"]), str(config["run-dir"]))
+        load_global(setup, context, from_record(msg.content["arrays"]), str(config["run-dir"]),
+                    before=server_round)
         batch = _scoring_batch(setup.partition.train, int(config["score-batch-size"]),
                                setup.config.seed * 1_000_003 + server_round * 1_009
                                + setup.partition_id)
@@ -55,7 +56,9 @@ def train(msg: Message, context: Context) -> Message:
     """Train only the assigned layers (+ own head); send back only those layers' adapters."""
     setup = client_setup(context)
     config = msg.content["config"]
-    load_global(setup, context, from_record(msg.content["arrays"]), str(config["run-dir"]))
+    server_round = int(config["server-round"])
+    load_global(setup, context, from_record(msg.content["arrays"]), str(config["run-dir"]),
+                before=server_round)
     layers = [int(i) for i in config["mask"]]
     mask = np.zeros(len(setup.model.layer_names), dtype=bool)
     mask[layers] = True
@@ -64,11 +67,11 @@ def train(msg: Message, context: Context) -> Message:
         steps=int(config["local-steps"]), batch_size=int(config["batch-size"]),
         lr=float(config["lr"]), head_lr=float(config["head-lr"]),
         weight_decay=float(config["weight-decay"]),
-        seed=setup.config.seed * 1_000_003 + int(config["server-round"]) * 1_009
+        seed=setup.config.seed * 1_000_003 + server_round * 1_009
         + setup.partition_id,
         device=setup.device,
     )
-    save_personal(context, tasks.get_personal_state(setup.model), str(config["run-dir"]))
+    save_personal(context, tasks.get_personal_state(setup.model), server_round, str(config["run-dir"]))
     reply = {**metrics, "num-examples": len(setup.partition.train),
              "partition-id": setup.partition_id}
     arrays = to_record(tasks.get_layer_state(setup.model, layers))
@@ -79,8 +82,9 @@ def train(msg: Message, context: Context) -> Message:
 def evaluate(msg: Message, context: Context) -> Message:
     """Evaluate the global adapters with this client's own head on its own test split."""
     setup = client_setup(context)
-    run_dir = str(msg.content["config"]["run-dir"])
-    load_global(setup, context, from_record(msg.content["arrays"]), run_dir)
+    config = msg.content["config"]
+    load_global(setup, context, from_record(msg.content["arrays"]), str(config["run-dir"]),
+                before=int(config["server-round"]) + 1)
     metrics = tasks.evaluate(setup.model, setup.partition.test,
                              batch_size=max(64, setup.config.batch_size), device=setup.device)
     metrics["num-examples"] = int(metrics.pop("num_examples"))

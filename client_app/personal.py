@@ -1,16 +1,23 @@
 """The client's personal parameters (task head, projection): kept on the client, never averaged.
 
-With node config ``state-dir`` they live in ``<state-dir>/personal.safetensors`` (survives a
+With node config ``state-dir`` they live in ``<state-dir>/personal-<round>.safetensors`` (survives a
 SuperNode restart, never leaves the site). In simulation, where nodes carry no such setting, the
 default is ``<run dir>/clients/partition-<id>/`` (the server names its run folder in every
 message's config as ``run-dir``), so a resumed simulation finds every client's head again; with
 neither, the node's ``context.state`` holds them for the life of the process.
-Writes go to a temporary file first and are then renamed, so a crash never leaves a torn file.
+
+One file per round, named by the round whose training wrote it, the newest KEEP kept: scoring and
+training in round r start from the newest head of a round before r, evaluation in round r uses the
+newest up to r. A run killed after a client trained round r but before the server checkpointed it
+therefore repeats round r from the round r-1 head, exactly as the first time, instead of training
+an already-trained head again. Writes go to a temporary file first and are then renamed, so a crash
+never leaves a torn file.
 """
 
 from __future__ import annotations
 
 import os
+import re
 from pathlib import Path
 
 import numpy as np
@@ -19,37 +26,54 @@ from safetensors.numpy import load_file, save_file
 
 from strategies.records import from_record, to_record
 
-STATE_KEY = "personal"
-FILE_NAME = "personal.safetensors"
+PREFIX = "personal-"
+KEEP = 2  # the head being repeated after a crash (round r-1) and the one it replaces (round r)
+_NAME = re.compile(rf"{PREFIX}(\d+)(?:\.safetensors)?")
 
 
-def _state_file(context: Context, run_dir: str) -> Path | None:
+def _state_dir(context: Context, run_dir: str) -> Path | None:
     state_dir = context.node_config.get("state-dir")
     if state_dir:
-        return Path(str(state_dir)) / FILE_NAME
+        return Path(str(state_dir))
     if run_dir:
         pid = context.node_config.get("partition-id", context.node_id)
-        return Path(run_dir) / "clients" / f"partition-{pid}" / FILE_NAME
+        return Path(run_dir) / "clients" / f"partition-{pid}"
     return None
 
 
-def load_personal(context: Context, run_dir: str = "") -> dict[str, np.ndarray] | None:
-    """The stored personal state, or None before this client's first training round."""
-    path = _state_file(context, run_dir)
-    if path is not None:
-        return load_file(path) if path.exists() else None
-    if STATE_KEY in context.state.array_records:
-        return from_record(context.state[STATE_KEY])
-    return None
+def _rounds(names: list[str]) -> dict[int, str]:
+    """Round -> file/key name, for every stored personal state."""
+    return {int(m.group(1)): name for name in names if (m := _NAME.fullmatch(name))}
 
 
-def save_personal(context: Context, state: dict[str, np.ndarray], run_dir: str = "") -> None:
-    """Store the personal state where :func:`load_personal` finds it."""
-    path = _state_file(context, run_dir)
-    if path is None:
-        context.state[STATE_KEY] = to_record(state)
+def load_personal(context: Context, run_dir: str = "", *, before: int) -> dict[str, np.ndarray] | None:
+    """The newest stored personal state written in a round < `before`, or None if there is none."""
+    folder = _state_dir(context, run_dir)
+    if folder is None:
+        names = list(context.state.array_records)
+    else:
+        names = [p.name for p in folder.glob(f"{PREFIX}*.safetensors")]
+    stored = {r: name for r, name in _rounds(names).items() if r < before}
+    if not stored:
+        return None
+    name = stored[max(stored)]
+    return load_file(folder / name) if folder is not None else from_record(context.state[name])
+
+
+def save_personal(
+    context: Context, state: dict[str, np.ndarray], server_round: int, run_dir: str = ""
+) -> None:
+    """Store the personal state trained in `server_round`; drop all but the newest KEEP."""
+    folder = _state_dir(context, run_dir)
+    if folder is None:
+        context.state[f"{PREFIX}{server_round}"] = to_record(state)
+        for _, key in sorted(_rounds(list(context.state.array_records)).items())[:-KEEP]:
+            del context.state[key]
         return
-    path.parent.mkdir(parents=True, exist_ok=True)
+    folder.mkdir(parents=True, exist_ok=True)
+    path = folder / f"{PREFIX}{server_round}.safetensors"
     tmp = path.with_suffix(".tmp")
     save_file({k: np.ascontiguousarray(v) for k, v in state.items()}, tmp)
     os.replace(tmp, path)
+    for _, name in sorted(_rounds([p.name for p in folder.glob(f"{PREFIX}*.safetensors")]).items())[:-KEEP]:
+        (folder / name).unlink(missing_ok=True)

@@ -67,10 +67,13 @@ def client_setup(context: Context) -> ClientSetup:
     return ClientSetup(config, pid, num, partition, model, initial, device)
 
 
-def load_global(setup: ClientSetup, context: Context, state: dict[str, np.ndarray], run_dir: str) -> None:
-    """Load the global adapters and this client's own personal state into the cached model."""
+def load_global(
+    setup: ClientSetup, context: Context, state: dict[str, np.ndarray], run_dir: str, *, before: int
+) -> None:
+    """Load the global adapters and this client's own newest personal state from a round < `before`."""
     tasks.set_layer_state(setup.model, state)
-    tasks.set_personal_state(setup.model, load_personal(context, run_dir) or setup.initial_personal)
+    personal = load_personal(context, run_dir, before=before)
+    tasks.set_personal_state(setup.model, personal or setup.initial_personal)
 
 
 def resolve_budget(setup: ClientSetup, context: Context) -> int:

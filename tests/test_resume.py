@@ -4,7 +4,8 @@ The run is a real simulation (``run_simulation.py``, Ray) killed with SIGKILL in
 group as soon as its round-2 checkpoint exists. The resume runs the same ServerApp and ClientApp
 in this process on an in-process grid (no Ray), so every message it sends can be inspected: it
 must run rounds 3-4 only, send exactly the round-2 global adapters, and every client must start
-from the head it kept in ``<run dir>/clients/partition-<id>/`` (the simulation default).
+from the head it kept in ``<run dir>/clients/partition-<id>/`` (the simulation default): the round-2
+head, even where a round-3 head was written before the kill.
 """
 
 from __future__ import annotations
@@ -22,7 +23,7 @@ from pathlib import Path
 import numpy as np
 import pytest
 from flwr.app import Context, RecordDict
-from safetensors.numpy import load_file
+from safetensors.numpy import load_file, save_file
 
 from client_app import runtime as client_runtime
 from client_app.app import app as client_app
@@ -135,22 +136,29 @@ def test_the_interrupted_run_stopped_with_round_2_checkpointed(interrupted):
     rounds = [json.loads(ln)["round"] for ln in (snapshot / "rounds.jsonl").read_text().splitlines()]
     assert rounds == [1, 2]
     assert not (run_dir / "adapters.safetensors").exists()  # it did not finish
-    heads = sorted(p.parent.name for p in (snapshot / "clients").glob("partition-*/personal.safetensors"))
+    heads = sorted(p.parent.name for p in (snapshot / "clients").glob("partition-*/personal-2.safetensors"))
     assert heads == [f"partition-{i}" for i in range(CLIENTS)]
 
 
 @pytest.fixture(scope="module")
 def resumed(interrupted, tmp_path_factory):
-    """Resume with ``resume-from`` through the real ServerApp/ClientApp, recording what they do."""
+    """Resume with ``resume-from`` through the real ServerApp/ClientApp, recording what they do.
+
+    Before resuming, every client gets a round-3 head as if it had trained round 3 just before the
+    kill (the server had not checkpointed it): the repeated round 3 must not start from it."""
     run_dir, _ = interrupted
+    for pid in range(CLIENTS):
+        folder = run_dir / "clients" / f"partition-{pid}"
+        trained = {k: v + 1.0 for k, v in load_file(folder / "personal-2.safetensors").items()}
+        save_file(trained, folder / "personal-3.safetensors")
     config = {**default_config(), **SETTINGS, "resume-from": str(run_dir), "progress-bar": False}
     grid = InProcessGrid(client_app, [{"partition-id": i, "num-partitions": CLIENTS}
                                       for i in range(CLIENTS)], config)
     loaded: list[tuple[int, dict | None]] = []
     original = client_runtime.load_personal
 
-    def spy(context, run_dir_=""):
-        state = original(context, run_dir_)
+    def spy(context, run_dir_="", *, before):
+        state = original(context, run_dir_, before=before)
         loaded.append((int(context.node_config["partition-id"]), state))
         return state
 
@@ -195,9 +203,9 @@ def test_every_client_continues_with_its_own_head(interrupted, resumed):
         first_load.setdefault(pid, state)
     assert sorted(first_load) == list(range(CLIENTS))
     for pid, state in first_load.items():
-        expected = load_file(snapshot / "clients" / f"partition-{pid}" / "personal.safetensors")
+        expected = load_file(snapshot / "clients" / f"partition-{pid}" / "personal-2.safetensors")
         assert state is not None and state.keys() == expected.keys()
         for key, value in expected.items():
             np.testing.assert_array_equal(state[key], value, err_msg=f"partition {pid}: {key}")
-    heads = [load_file(snapshot / "clients" / f"partition-{p}" / "personal.safetensors") for p in range(2)]
+    heads = [load_file(snapshot / "clients" / f"partition-{p}" / "personal-2.safetensors") for p in range(2)]
     assert any(not np.array_equal(heads[0][k], heads[1][k]) for k in heads[0])  # heads are per client
