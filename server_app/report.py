@@ -5,7 +5,8 @@
 Writes into the experiment directory (see `server_app.experiments`):
 - ``table.md`` / ``table.csv``: one row per strategy (paper Tables 2 and 5): the final round's score
   of every client and the overall mean weighted by test examples (accuracy for VQA clients, micro-F1
-  for multi-label clients, in %), uplink MB per round and seconds per round, each as mean ± sample
+  for multi-label clients, in %), uplink MB per round, seconds per round and the server step's
+  seconds per round (the layer assignment; paper supplement Table 5), each as mean ± sample
   standard deviation (ddof = 1) over seeds; F3OCUS is the run with the config's optimiser;
 - ``optimizers.md``: F3OCUS with each optimiser the sweep ran (paper Tables 4 and 6);
 - ``convergence.png`` (Fig. 2): training loss per round per strategy, mean ± std over seeds;
@@ -74,7 +75,8 @@ def client_score(row: dict) -> float:
 
 
 def run_metrics(run: Run) -> dict[str, float]:
-    """Per-client final scores (%), weighted overall (%), uplink MB / round, seconds / round."""
+    """Per-client final scores (%), weighted overall (%), uplink MB, seconds and server-step seconds
+    per round."""
     rows = run.final_clients()
     scores = np.array([client_score(r) for r in rows])
     weights = np.array([r["evaluate"]["num-examples"] for r in rows], dtype=float)
@@ -82,6 +84,7 @@ def run_metrics(run: Run) -> dict[str, float]:
     out["overall"] = 100 * float(scores @ weights / weights.sum())
     out["uplink_mb"] = float(np.mean([r["bytes-up"] for r in run.rounds])) / MB
     out["seconds"] = float(np.mean([r["seconds"] for r in run.rounds]))
+    out["server_s"] = float(np.mean([r["phase-seconds"]["optimising"] for r in run.rounds]))
     return out
 
 
@@ -118,7 +121,7 @@ def summarise(runs: Sequence[Run], groups: Sequence[str]) -> list[dict]:
         metrics = [run_metrics(r) for r in members]
         keys = sorted({k for m in metrics for k in m if k.startswith("c")}, key=lambda k: int(k[1:]))
         row: dict = {"strategy": group, "seeds": [r.seed for r in members]}
-        for key in [*keys, "overall", "uplink_mb", "seconds"]:
+        for key in [*keys, "overall", "uplink_mb", "seconds", "server_s"]:
             row[key] = mean_std([m[key] for m in metrics if key in m])
         rows.append(row)
     return rows
@@ -142,12 +145,13 @@ def _pm(value: tuple[float, float], digits: int) -> str:
 def markdown_table(rows: Sequence[dict], budgets: list) -> str:
     clients = [k for k in rows[0] if k.startswith("c") and k[1:].isdigit()]
     head = ["strategy", "seeds", *[_client_label(k, budgets) for k in clients], "overall",
-            "uplink MB / round", "s / round"]
+            "uplink MB / round", "s / round", "server step s / round"]
     lines = ["| " + " | ".join(head) + " |", "|" + "|".join(["---"] * len(head)) + "|"]
     for row in rows:
         cells = [row["strategy"], ",".join(map(str, row["seeds"]))]
         cells += [_pm(row[k], 1) if k in row else "-" for k in clients]
-        cells += [f"**{_pm(row['overall'], 2)}**", _pm(row["uplink_mb"], 2), _pm(row["seconds"], 1)]
+        cells += [f"**{_pm(row['overall'], 2)}**", _pm(row["uplink_mb"], 2), _pm(row["seconds"], 1),
+                  _pm(row["server_s"], 3)]
         lines.append("| " + " | ".join(cells) + " |")
     return "\n".join(lines) + "\n"
 

@@ -24,6 +24,7 @@ def write_run(root: Path, name: str, strategy: str, seed: int, acc: tuple[float,
     rounds, clients = [], []
     for r in (1, 2):
         rounds.append({"round": r, "seconds": 10.0 * r + seed, "bytes-up": 1e6 * (r + seed),
+                       "phase-seconds": {"optimising": 0.1 * r + seed},
                        "train": {"train_loss": 2.0 / r + seed},
                        "evaluate": {"accuracy": 0.5} if evaluated else {}})
         for pid, (k, n) in enumerate(((2, 30), (1, 10))):
@@ -72,6 +73,7 @@ def test_table_means_and_sample_stds_are_exact(experiment):
     # uplink per round: mean over rounds of (r + seed) MB, then mean over seeds 0..2
     assert float(rows["lntk"]["uplink_mb_mean"]) == pytest.approx(2.5)
     assert float(rows["lntk"]["seconds_std"]) == pytest.approx(1.0)
+    assert float(rows["lntk"]["server_s_mean"]) == pytest.approx(1.15)  # mean of 0.15 + seed 0..2
     table = (root / "table.md").read_text()
     assert "Incomplete runs left out: lntk-s3, lntk-s4" in table
     assert "| f3ocus | 0,1,2 |" in table and "client 1 (k=1)" in table
