@@ -1,7 +1,9 @@
 """The client's personal parameters (task head, projection): kept on the client, never averaged.
 
-With node config ``state-dir`` they live in ``<state-dir>/personal-<round>.safetensors`` (survives a
-SuperNode restart, never leaves the site). In simulation, where nodes carry no such setting, the
+With node config ``state-dir`` they live in ``<state-dir>/run-<hash>/personal-<round>.safetensors``
+(survives a SuperNode restart, never leaves the site), one folder per server run directory, so a
+later run on the same site neither starts from nor prunes an earlier run's heads, and a resumed
+run (same run directory) finds its own. In simulation, where nodes carry no such setting, the
 default is ``<run dir>/clients/partition-<id>/`` (the server names its run folder in every
 message's config as ``run-dir``), so a resumed simulation finds every client's head again; with
 neither, the node's ``context.state`` holds them for the life of the process.
@@ -16,6 +18,7 @@ never leaves a torn file.
 
 from __future__ import annotations
 
+import hashlib
 import os
 import re
 from pathlib import Path
@@ -34,7 +37,7 @@ _NAME = re.compile(rf"{PREFIX}(\d+)(?:\.safetensors)?")
 def _state_dir(context: Context, run_dir: str) -> Path | None:
     state_dir = context.node_config.get("state-dir")
     if state_dir:
-        return Path(str(state_dir))
+        return Path(str(state_dir)) / f"run-{hashlib.sha256(run_dir.encode()).hexdigest()[:12]}"
     if run_dir:
         pid = context.node_config.get("partition-id", context.node_id)
         return Path(run_dir) / "clients" / f"partition-{pid}"
@@ -63,11 +66,12 @@ def load_personal(context: Context, run_dir: str = "", *, before: int) -> dict[s
 def save_personal(
     context: Context, state: dict[str, np.ndarray], server_round: int, run_dir: str = ""
 ) -> None:
-    """Store the personal state trained in `server_round`; drop all but the newest KEEP."""
+    """Store the personal state trained in `server_round`; drop later rounds' (a repeated round
+    supersedes them) and all but the newest KEEP of the rest."""
     folder = _state_dir(context, run_dir)
     if folder is None:
         context.state[f"{PREFIX}{server_round}"] = to_record(state)
-        for _, key in sorted(_rounds(list(context.state.array_records)).items())[:-KEEP]:
+        for key in _stale(_rounds(list(context.state.array_records)), server_round):
             del context.state[key]
         return
     folder.mkdir(parents=True, exist_ok=True)
@@ -75,5 +79,10 @@ def save_personal(
     tmp = path.with_suffix(".tmp")
     save_file({k: np.ascontiguousarray(v) for k, v in state.items()}, tmp)
     os.replace(tmp, path)
-    for _, name in sorted(_rounds([p.name for p in folder.glob(f"{PREFIX}*.safetensors")]).items())[:-KEEP]:
+    for name in _stale(_rounds([p.name for p in folder.glob(f"{PREFIX}*.safetensors")]), server_round):
         (folder / name).unlink(missing_ok=True)
+
+
+def _stale(stored: dict[int, str], server_round: int) -> list[str]:
+    kept = sorted(r for r in stored if r <= server_round)[-KEEP:]
+    return [name for r, name in stored.items() if r not in kept]

@@ -84,7 +84,8 @@ def run_metrics(run: Run) -> dict[str, float]:
     out["overall"] = 100 * float(scores @ weights / weights.sum())
     out["uplink_mb"] = float(np.mean([r["bytes-up"] for r in run.rounds])) / MB
     out["seconds"] = float(np.mean([r["seconds"] for r in run.rounds]))
-    out["server_s"] = float(np.mean([r["phase-seconds"]["optimising"] for r in run.rounds]))
+    server = [r.get("phase-seconds", {}).get("optimising", np.nan) for r in run.rounds]
+    out["server_s"] = float(np.mean(server))
     return out
 
 

@@ -58,6 +58,7 @@ def run(
     budget: int = BUDGET,
     seed: int = 0,
     rank_check: bool = False,
+    rank_reference: int = 64,
 ) -> dict[str, float]:
     part = load_partition(dataset, 0, 5, "by-question-type", seed=seed)
     model = build_model(model_name, len(part.labels), task=part.task, seed=seed)
@@ -72,7 +73,10 @@ def run(
     train(model, part.train, mask, steps=steps, batch_size=batch_size, lr=APP["lr"],
           head_lr=APP["head-lr"], weight_decay=APP["weight-decay"])
     train_s, train_cpu = time.perf_counter() - start, time.process_time() - cpu
-    extra = rank_agreement(model, part.train, scoring_batch, budget) if rank_check else {}
+    peak_rss_mb = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024
+    load = os.getloadavg()[0]
+    extra = (rank_agreement(model, part.train, scoring_batch, int(mask.sum()), reference=rank_reference)
+             if rank_check else {})
     return {
         "model": model_name,
         "dataset": dataset,
@@ -88,9 +92,9 @@ def run(
         "train_round_cpu_s": round(train_cpu, 4),
         "overhead_cpu": round(lntk_cpu / train_cpu, 4),
         "samples_per_s": round(steps * batch_size / train_s, 2),
-        "peak_rss_mb": round(resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024, 1),
+        "peak_rss_mb": round(peak_rss_mb, 1),
         "torch_threads": torch.get_num_threads(),
-        "load_avg_1m": round(os.getloadavg()[0], 2),
+        "load_avg_1m": round(load, 2),
         **extra,
     }
 
@@ -100,18 +104,20 @@ def rank_agreement(
     reference: int = 64,
 ) -> dict[str, float]:
     """Is the scoring batch big enough? Spearman ρ between the layer scores of `batches` disjoint
-    scoring batches and those of up to `reference` other samples, and the share of the reference
-    top-k layers (k = budget) that each batch also ranks top-k."""
-    reference = min(reference, len(samples) - batches * scoring_batch)
-    if reference < 2 * scoring_batch:
-        raise ValueError(f"--rank-check needs at least {(batches + 2) * scoring_batch} training samples, "
+    scoring batches and those of `reference` (at least 2 scoring batches) other samples, and the
+    share of the reference top-k layers (k = budget) that each batch also ranks top-k. A batch
+    whose scores are all equal has no rank order; it counts as ρ = 0."""
+    reference = max(reference, 2 * scoring_batch)
+    if len(samples) < batches * scoring_batch + reference:
+        raise ValueError(f"--rank-check needs {batches * scoring_batch + reference} training samples, "
                          f"the partition has {len(samples)}")
     ref = layer_scores(model, samples[-reference:]).scores
     top = set(np.argsort(-ref)[:budget])
     rho, overlap = [], []
     for b in range(batches):
         scores = layer_scores(model, samples[b * scoring_batch : (b + 1) * scoring_batch]).scores
-        rho.append(spearmanr(scores, ref).statistic)
+        constant = np.ptp(scores) == 0 or np.ptp(ref) == 0
+        rho.append(0.0 if constant else spearmanr(scores, ref).statistic)
         overlap.append(len(top & set(np.argsort(-scores)[:budget])) / budget)
     return {
         "rank_rho_mean": round(float(np.mean(rho)), 3),
@@ -120,17 +126,26 @@ def rank_agreement(
     }
 
 
+def _positive(text: str) -> int:
+    value = int(text)
+    if value < 1:
+        raise argparse.ArgumentTypeError(f"{value} is not >= 1")
+    return value
+
+
 def main(argv: list[str] | None = None) -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--model", default="minilm-effnet")
     parser.add_argument("--dataset", default="easy-vqa")
-    parser.add_argument("--scoring-batch", type=int, default=APP["score-batch-size"])
-    parser.add_argument("--steps", type=int, default=APP["local-steps"])
-    parser.add_argument("--batch-size", type=int, default=APP["batch-size"])
-    parser.add_argument("--budget", type=int, default=BUDGET)
+    parser.add_argument("--scoring-batch", type=_positive, default=APP["score-batch-size"])
+    parser.add_argument("--steps", type=_positive, default=APP["local-steps"])
+    parser.add_argument("--batch-size", type=_positive, default=APP["batch-size"])
+    parser.add_argument("--budget", type=_positive, default=BUDGET)
     parser.add_argument("--seed", type=int, default=0)
     parser.add_argument("--rank-check", action="store_true",
-                        help="after the round, compare layer ranks on scoring batches with a 64-sample one")
+                        help="after the round, layer ranks of 4 scoring batches vs a reference batch")
+    parser.add_argument("--rank-reference", type=_positive, default=64,
+                        help="samples in the --rank-check reference batch (at least 2 scoring batches)")
     parser.add_argument("--threads", type=int, default=None, help="torch threads (default: torch's)")
     parser.add_argument("--json", action="store_true", help="print one JSON line")
     args = parser.parse_args(argv)
@@ -145,6 +160,7 @@ def main(argv: list[str] | None = None) -> None:
         budget=args.budget,
         seed=args.seed,
         rank_check=args.rank_check,
+        rank_reference=args.rank_reference,
     )
     if args.json:
         print(json.dumps(result))

@@ -111,7 +111,7 @@ def test_three_authenticated_nodes_complete_two_rounds_with_their_own_budgets(fe
         assert len(row["mask"]) == budget_of[row["node"]] == len(set(row["mask"]))
         assert row["evaluate"]["num-examples"] > 0
     for name in BUDGETS:  # each site keeps its own head in its state-dir, never on the server
-        assert list((federation.workdir / "sites" / name / "state").glob("personal-*.safetensors"))
+        assert list((federation.workdir / "sites" / name / "state").rglob("personal-*.safetensors"))
     assert not (run_dir / "clients").exists()
 
 

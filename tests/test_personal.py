@@ -21,7 +21,7 @@ def where(request, tmp_path):
     if request.param == "run-dir":
         return context({"partition-id": 3}), str(tmp_path), tmp_path / "clients" / "partition-3"
     if request.param == "state-dir":
-        return context({"state-dir": str(tmp_path / "site")}), str(tmp_path / "ignored"), tmp_path / "site"
+        return context({"state-dir": str(tmp_path / "site")}), "/results/run-a", tmp_path / "site"
     return context({}), "", None
 
 
@@ -51,7 +51,38 @@ def test_only_the_newest_heads_are_kept(where):
     ctx, run_dir, folder = where
     for r in range(1, 6):
         save_personal(ctx, head(float(r)), r, run_dir)
-    stored = (sorted(p.name for p in folder.iterdir()) if folder is not None
+    stored = (sorted(p.name for p in folder.rglob("*") if p.is_file()) if folder is not None
               else sorted(ctx.state.array_records))
     expected = [f"personal-{r}" for r in range(6 - KEEP, 6)]
     assert stored == ([f"{n}.safetensors" for n in expected] if folder is not None else expected)
+
+
+def test_rounds_a_client_sat_out_are_skipped(where):
+    """With fraction-train < 1 a client trains in some rounds only."""
+    ctx, run_dir, _ = where
+    for r in (1, 4, 7):
+        save_personal(ctx, head(float(r)), r, run_dir)
+    assert load_personal(ctx, run_dir, before=7)["head.bias"][0] == 4.0
+    assert load_personal(ctx, run_dir, before=9)["head.bias"][0] == 7.0
+    assert load_personal(ctx, run_dir, before=4) is None  # round 1 was pruned (KEEP = 2)
+
+
+def test_repeating_an_earlier_round_drops_the_later_heads(where):
+    """Resuming from an older checkpoint: heads of rounds after the repeated one are superseded."""
+    ctx, run_dir, _ = where
+    for r in (1, 2, 3):
+        save_personal(ctx, head(float(r)), r, run_dir)
+    save_personal(ctx, head(20.0), 2, run_dir)
+    assert load_personal(ctx, run_dir, before=9)["head.bias"][0] == 20.0
+
+
+def test_a_site_keeps_each_runs_heads_apart(tmp_path):
+    """A long-lived state-dir: a new run neither loads nor prunes an earlier run's heads."""
+    ctx = context({"state-dir": str(tmp_path)})
+    for r in (9, 10):
+        save_personal(ctx, head(float(r)), r, "/results/old-run")
+    assert load_personal(ctx, "/results/new-run", before=2) is None
+    save_personal(ctx, head(1.0), 1, "/results/new-run")
+    assert load_personal(ctx, "/results/new-run", before=2)["head.bias"][0] == 1.0
+    assert load_personal(ctx, "/results/old-run", before=11)["head.bias"][0] == 10.0  # a resume finds it
+    assert len(list(tmp_path.rglob("personal-*.safetensors"))) == 3

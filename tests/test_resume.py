@@ -154,12 +154,12 @@ def resumed(interrupted, tmp_path_factory):
     config = {**default_config(), **SETTINGS, "resume-from": str(run_dir), "progress-bar": False}
     grid = InProcessGrid(client_app, [{"partition-id": i, "num-partitions": CLIENTS}
                                       for i in range(CLIENTS)], config)
-    loaded: list[tuple[int, dict | None]] = []
+    loaded: list[tuple[int, int, dict | None]] = []
     original = client_runtime.load_personal
 
     def spy(context, run_dir_="", *, before):
         state = original(context, run_dir_, before=before)
-        loaded.append((int(context.node_config["partition-id"]), state))
+        loaded.append((int(context.node_config["partition-id"]), before, state))
         return state
 
     with pytest.MonkeyPatch.context() as patch:
@@ -196,16 +196,22 @@ def test_resume_starts_from_exactly_the_round_2_global_adapters(interrupted, res
 
 
 def test_every_client_continues_with_its_own_head(interrupted, resumed):
-    _, snapshot = interrupted
+    """Round 3 (scoring and training) starts from the round-2 head, not the planted round-3 one,
+    and round 3's training then replaces the planted head."""
+    run_dir, snapshot = interrupted
     _, loaded = resumed
-    first_load = {}
-    for pid, state in loaded:
-        first_load.setdefault(pid, state)
-    assert sorted(first_load) == list(range(CLIENTS))
-    for pid, state in first_load.items():
+    round_3 = [(pid, state) for pid, before, state in loaded if before == 3]
+    assert sorted({pid for pid, _ in round_3}) == list(range(CLIENTS))
+    assert len(round_3) == 2 * CLIENTS  # the query and the training of round 3
+    for pid, state in round_3:
         expected = load_file(snapshot / "clients" / f"partition-{pid}" / "personal-2.safetensors")
         assert state is not None and state.keys() == expected.keys()
         for key, value in expected.items():
             np.testing.assert_array_equal(state[key], value, err_msg=f"partition {pid}: {key}")
+    for pid in range(CLIENTS):
+        planted = {k: v + 1.0 for k, v in
+                   load_file(snapshot / "clients" / f"partition-{pid}" / "personal-2.safetensors").items()}
+        retrained = load_file(run_dir / "clients" / f"partition-{pid}" / "personal-3.safetensors")
+        assert any(not np.array_equal(retrained[k], planted[k]) for k in planted)
     heads = [load_file(snapshot / "clients" / f"partition-{p}" / "personal-2.safetensors") for p in range(2)]
     assert any(not np.array_equal(heads[0][k], heads[1][k]) for k in heads[0])  # heads are per client

@@ -26,7 +26,14 @@ def test_bench_prints_lntk_round_and_overhead(capsys):
 
 def test_bench_rank_check_reports_agreement(capsys):
     bench.main(["--model", "tiny-vilt", "--dataset", "synthetic", "--steps", "1", "--batch-size", "4",
-                "--scoring-batch", "4", "--budget", "2", "--rank-check", "--json"])
+                "--scoring-batch", "4", "--budget", "2", "--rank-check", "--rank-reference", "16", "--json"])
     result = json.loads(capsys.readouterr().out)
     assert -1.0 <= result["rank_rho_min"] <= result["rank_rho_mean"] <= 1.0
     assert 0.0 <= result["topk_overlap_mean"] <= 1.0
+
+
+@pytest.mark.parametrize("flag", ["--budget", "--steps", "--scoring-batch", "--batch-size"])
+def test_bench_rejects_non_positive_settings(flag, capsys):
+    with pytest.raises(SystemExit):
+        bench.main([flag, "0"])
+    assert flag in capsys.readouterr().err
