@@ -24,6 +24,7 @@ import tomllib
 from pathlib import Path
 
 from server_app.config import PROJECT_ROOT, ConfigError, RunConfig, default_config, parse_budgets
+from server_app.experiments import incomplete
 
 SERVER_APP = "server_app.app:app"
 CLIENT_APP = "client_app.app:app"
@@ -197,16 +198,9 @@ def main(argv: list[str] | None = None) -> int:
     except (Exception, SystemExit) as err:  # noqa: BLE001 - report any failure as an exit code
         print(f"error: the run failed: {err}", file=sys.stderr)
         return 1
-    rounds = (run_dir / "rounds.jsonl")
-    done = len(rounds.read_text().splitlines()) if rounds.exists() else 0
-    if done < config.num_server_rounds:
-        print(f"error: only {done} of {config.num_server_rounds} rounds completed ({run_dir})",
-              file=sys.stderr)
-        return 1
-    last = json.loads(rounds.read_text().splitlines()[-1])
-    if not last["evaluate"]:
-        print(f"error: no client evaluated the last round ({run_dir}); see the log above",
-              file=sys.stderr)
+    reason = incomplete(run_dir, config.num_server_rounds)
+    if reason is not None:
+        print(f"error: {reason} ({run_dir})", file=sys.stderr)
         return 1
     print(f"\nResults: {run_dir}\n{client_table(run_dir)}")
     return 0

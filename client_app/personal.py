@@ -31,7 +31,7 @@ from strategies.records import from_record, to_record
 
 PREFIX = "personal-"
 KEEP = 2  # the head being repeated after a crash (round r-1) and the one it replaces (round r)
-_NAME = re.compile(rf"{PREFIX}(\d+)(?:\.safetensors)?")
+_NAME = re.compile(rf"{PREFIX}(\d+)(?:\.safetensors)?")  # a file name, or a context.state key
 
 
 def _state_dir(context: Context, run_dir: str) -> Path | None:
@@ -44,19 +44,16 @@ def _state_dir(context: Context, run_dir: str) -> Path | None:
     return None
 
 
-def _rounds(names: list[str]) -> dict[int, str]:
-    """Round -> file/key name, for every stored personal state."""
+def _stored(context: Context, folder: Path | None) -> dict[int, str]:
+    """Round -> file name in `folder` (or key in ``context.state``), for every stored state."""
+    names = context.state.array_records if folder is None else [p.name for p in folder.glob(f"{PREFIX}*")]
     return {int(m.group(1)): name for name in names if (m := _NAME.fullmatch(name))}
 
 
 def load_personal(context: Context, run_dir: str = "", *, before: int) -> dict[str, np.ndarray] | None:
     """The newest stored personal state written in a round < `before`, or None if there is none."""
     folder = _state_dir(context, run_dir)
-    if folder is None:
-        names = list(context.state.array_records)
-    else:
-        names = [p.name for p in folder.glob(f"{PREFIX}*.safetensors")]
-    stored = {r: name for r, name in _rounds(names).items() if r < before}
+    stored = {r: name for r, name in _stored(context, folder).items() if r < before}
     if not stored:
         return None
     name = stored[max(stored)]
@@ -71,7 +68,7 @@ def save_personal(
     folder = _state_dir(context, run_dir)
     if folder is None:
         context.state[f"{PREFIX}{server_round}"] = to_record(state)
-        for key in _stale(_rounds(list(context.state.array_records)), server_round):
+        for key in _stale(_stored(context, folder), server_round):
             del context.state[key]
         return
     folder.mkdir(parents=True, exist_ok=True)
@@ -79,7 +76,7 @@ def save_personal(
     tmp = path.with_suffix(".tmp")
     save_file({k: np.ascontiguousarray(v) for k, v in state.items()}, tmp)
     os.replace(tmp, path)
-    for name in _stale(_rounds([p.name for p in folder.glob(f"{PREFIX}*.safetensors")]), server_round):
+    for name in _stale(_stored(context, folder), server_round):
         (folder / name).unlink(missing_ok=True)
 
 

@@ -101,14 +101,23 @@ def check_values(values: dict[str, object], strategies: tuple[str, ...]) -> RunC
     return config
 
 
-def is_complete(run_dir: Path, num_rounds: int) -> bool:
-    """All rounds logged, the last one evaluated by at least one client, final adapters written
-    (a run whose every client failed is not a result: it is run again)."""
+def incomplete(run_dir: Path, num_rounds: int) -> str | None:
+    """Why the run in `run_dir` is not a finished result, or None when it is: every round logged,
+    the last one evaluated by at least one client (a run whose every client failed is run again),
+    final adapters written."""
     rounds = run_dir / "rounds.jsonl"
-    if not rounds.exists() or not (run_dir / "adapters.safetensors").exists():
-        return False
-    lines = rounds.read_text().splitlines()
-    return len(lines) >= num_rounds and bool(json.loads(lines[-1]).get("evaluate"))
+    lines = rounds.read_text().splitlines() if rounds.exists() else []
+    if len(lines) < num_rounds:
+        return f"only {len(lines)} of {num_rounds} rounds completed"
+    if not json.loads(lines[-1]).get("evaluate"):
+        return "no client evaluated the last round; see the log above"
+    if not (run_dir / "adapters.safetensors").exists():
+        return "no final adapters were written"
+    return None
+
+
+def is_complete(run_dir: Path, num_rounds: int) -> bool:
+    return incomplete(run_dir, num_rounds) is None
 
 
 def _toml(values: dict[str, object]) -> str:
