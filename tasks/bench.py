@@ -6,7 +6,7 @@ F3OCUS's overhead is 151.4 s vs 137.5 s per round, i.e. ~10%).
 The scoring batch, local steps, batch size and learning rates default to the app's own run config
 (`[tool.flwr.app.config]` in pyproject.toml), so "one local round" is the round a client really
 runs. LNTK (mode "loss") scores all layers; the round trains BUDGET = 4 layers (the top-4 LNTK
-layers, as F3OCUS would train them). The client is partition 0 of 5 (by-question-type). Before
+layers, as F3OCUS would train them). The client is partition 0 of 5 (by-question-type; `--partition`). Before
 timing, one forward pass warms up the kernels (both timings then measure steady state). Prints
 lntk_s, train_round_s, overhead = lntk_s / train_round_s, samples_per_s (training), peak_rss_mb
 (whole process), and, because wall time on a shared machine depends on the other processes, the
@@ -57,10 +57,11 @@ def run(
     batch_size: int = APP["batch-size"],
     budget: int = BUDGET,
     seed: int = 0,
+    partition: int = 0,
     rank_check: bool = False,
     rank_reference: int = 64,
 ) -> dict[str, float]:
-    part = load_partition(dataset, 0, 5, "by-question-type", seed=seed)
+    part = load_partition(dataset, partition, 5, "by-question-type", seed=seed)
     model = build_model(model_name, len(part.labels), task=part.task, seed=seed)
     with torch.no_grad():  # warm-up
         model(model.collate(part.train[:batch_size]))
@@ -142,6 +143,7 @@ def main(argv: list[str] | None = None) -> None:
     parser.add_argument("--batch-size", type=_positive, default=APP["batch-size"])
     parser.add_argument("--budget", type=_positive, default=BUDGET)
     parser.add_argument("--seed", type=int, default=0)
+    parser.add_argument("--partition", type=int, default=0, help="which of the 5 partitions is the client")
     parser.add_argument("--rank-check", action="store_true",
                         help="after the round, layer ranks of 4 scoring batches vs a reference batch")
     parser.add_argument("--rank-reference", type=_positive, default=64,
@@ -159,6 +161,7 @@ def main(argv: list[str] | None = None) -> None:
         batch_size=args.batch_size,
         budget=args.budget,
         seed=args.seed,
+        partition=args.partition,
         rank_check=args.rank_check,
         rank_reference=args.rank_reference,
     )
