@@ -1,4 +1,8 @@
-"""ClientApp: score layers (``query.lntk``), train the assigned layers, evaluate on local data."""
+"""ClientApp: score layers (``query.lntk``), train the assigned layers, evaluate on local data.
+
+A setting this node cannot use, or a train mask it refuses, is answered with an error reply
+naming it (`client_app.replies`), never with a traceback.
+"""
 
 from __future__ import annotations
 
@@ -10,11 +14,12 @@ from flwr.clientapp import ClientApp
 
 import tasks
 from client_app.personal import save_personal
-from client_app.runtime import client_setup, load_global, resolve_budget
+from client_app.replies import check_mask, error_replies
+from client_app.runtime import client_setup, load_global, reported_budget, resolve_budget
 from strategies.records import from_record, to_record
 from tasks.scores import score_layers
 
-app = ClientApp()
+app = ClientApp(mods=[error_replies])
 
 
 def _scoring_batch(samples: list, size: int, seed: int) -> list:
@@ -57,9 +62,9 @@ def train(msg: Message, context: Context) -> Message:
     setup = client_setup(context)
     config = msg.content["config"]
     server_round = int(config["server-round"])
+    layers = check_mask(config["mask"], len(setup.model.layer_names), reported_budget(setup, context))
     load_global(setup, context, from_record(msg.content["arrays"]), str(config["run-dir"]),
                 before=server_round)
-    layers = [int(i) for i in config["mask"]]
     mask = np.zeros(len(setup.model.layer_names), dtype=bool)
     mask[layers] = True
     metrics = tasks.train(

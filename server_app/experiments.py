@@ -27,7 +27,7 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 
-from server_app.config import PROJECT_ROOT, ConfigError, RunConfig
+from settings import PROJECT_ROOT, ConfigError, RunConfig
 from tasks.data.mixed import PREFIX as MIXED_PREFIX
 from tasks.data.mixed import parse_mixed
 

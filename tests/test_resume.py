@@ -28,7 +28,7 @@ from safetensors.numpy import load_file, save_file
 from client_app import runtime as client_runtime
 from client_app.app import app as client_app
 from server_app.app import app as server_app
-from server_app.config import default_config
+from settings import default_config
 from strategies.layer_selection import QUERY_LNTK
 from strategies.records import from_record
 from tests.inprocess import InProcessGrid

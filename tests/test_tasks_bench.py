@@ -4,7 +4,7 @@ import json
 
 import pytest
 
-from server_app.config import default_config
+from settings import default_config
 from tasks import bench
 
 

@@ -1,0 +1,55 @@
+"""Checks of settings that depend on the machine judging them: data folder, model folder, device.
+
+``run_simulation.py`` runs them before Ray starts (its clients share its machine); a SuperNode
+runs them against its own files and hardware, and replies with an error naming the key
+(`client_app.runtime`), since only the site can tell whether it has the folder or the GPU.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+from settings.config import RunConfig
+from settings.errors import ConfigError
+from tasks import resolve_device
+from tasks.data.mixed import PREFIX as MIXED_PREFIX
+from tasks.data.mixed import parse_mixed
+
+FOLDER_DATASETS = ("medmnist-vqa",)  # "<name>:<dir>" data sets read from a local folder
+
+
+def check_data_here(dataset: str, where: str = "") -> None:
+    """Every folder the data set reads (``medmnist-vqa:<dir>``, also inside ``mixed:``) exists
+    here and holds ``*.npz`` files; `where` names the setting (default ``dataset = <value>``)."""
+    where = where or f"dataset = {dataset!r}"
+    parts = parse_mixed(dataset) if dataset.startswith(MIXED_PREFIX) else (dataset,)
+    for part in parts:
+        kind, sep, folder = part.partition(":")
+        if kind not in FOLDER_DATASETS or not sep:
+            continue
+        path = Path(folder)
+        if not path.is_dir():
+            raise ConfigError(f"{where}: no folder {folder!r} on this machine")
+        if not any(path.glob("*.npz")):
+            raise ConfigError(f"{where}: folder {folder!r} holds no .npz files")
+
+
+def check_model_here(model: str) -> None:
+    """An ``hf:<dir>`` model is a folder here with the checkpoint's ``config.json``."""
+    if model.startswith("hf:") and not (Path(model[3:]).expanduser() / "config.json").is_file():
+        raise ConfigError(f"model = {model!r}: no checkpoint folder with a config.json on this machine")
+
+
+def check_device_here(device: str, key: str = "device") -> str:
+    """The torch device `device` resolves to on this machine (``auto`` -> ``cuda`` or ``cpu``)."""
+    try:
+        return resolve_device(device)
+    except ValueError as err:
+        raise ConfigError(f"{key} = {device!r} is not usable here: {err}") from None
+
+
+def check_here(config: RunConfig) -> None:
+    """Everything of `config` that depends on this machine (for clients running on it)."""
+    check_data_here(config.dataset)
+    check_model_here(config.model)
+    check_device_here(config.device)
