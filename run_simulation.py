@@ -78,11 +78,17 @@ def client_count(config: RunConfig, requested: int | None) -> int:
     return num_clients
 
 
-def preflight(config: RunConfig, num_clients: int) -> None:
+def preflight(config: RunConfig, num_clients: int, client_cpus: float, client_gpus: float) -> None:
     """The checks the clients (on this machine) and the server would make, before Ray starts."""
     from server_app.app import plan_run
 
+    if client_cpus <= 0 or client_gpus < 0:
+        raise ConfigError(f"--client-cpus {client_cpus} / --client-gpus {client_gpus}: CPUs must be > 0, "
+                          "GPUs >= 0")
     check_here(config)
+    if config.device.startswith("cuda") and client_gpus == 0:
+        raise ConfigError(f"device = {config.device!r} needs --client-gpus > 0: Ray hides the GPUs "
+                          "from clients without a GPU share")
     plan_run(config)
     print(describe(config.budgets, num_clients), flush=True)
 
@@ -209,7 +215,7 @@ def main(argv: list[str] | None = None) -> int:
     try:
         config = resolve(load_overrides(args.config, args.run_config))
         num_clients = client_count(config, args.num_clients)
-        preflight(config, num_clients)
+        preflight(config, num_clients, args.client_cpus, args.client_gpus)
     except (ConfigError, ValueError) as err:
         print(f"error: {err}", file=sys.stderr)
         return 2

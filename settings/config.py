@@ -63,8 +63,8 @@ def check_dataset(value: str, key: str = "dataset") -> None:
         plain = tuple(d for d in DATASETS if not d.startswith(MIXED_PREFIX))
         bad = [p for p in parts if not _named(p, plain)]
         if bad:
-            raise ConfigError(f"{key} = {value!r}: component {bad[0]!r} is unknown; choose among "
-                              f"{', '.join(plain)}")
+            raise ConfigError(f"{key} = {bad[0]!r} is unknown (a component of {value!r}); choose "
+                              f"among {', '.join(plain)}")
     elif not _named(value, DATASETS):
         raise ConfigError(f"{key} = {value!r} is unknown; choose one of {', '.join(DATASETS)}")
 

@@ -83,15 +83,25 @@ def test_bad_value_stops_before_ray_with_one_line(setting, capsys, no_simulation
     assert "Traceback" not in out + err
 
 
-def test_cuda_device_without_cuda_stops_before_ray(capsys, no_simulation):
-    pytest.importorskip("torch")
+def test_cuda_device_the_clients_cannot_use_stops_before_ray(capsys, no_simulation):
+    """Without CUDA here the device is unusable; with it, clients need a GPU share from Ray."""
     import torch
 
+    code, _, err = run(capsys, "--client-gpus", "0", "--run-config", "device='cuda'")
+    assert code == 2 and not no_simulation and err.count("\n") == 1
     if torch.cuda.is_available():
-        pytest.skip("CUDA is available here")
-    code, _, err = run(capsys, "--run-config", "device='cuda'")
-    assert code == 2 and not no_simulation
-    assert err.startswith("error: device = 'cuda' is not usable here") and err.count("\n") == 1
+        assert err.startswith("error: device = 'cuda' needs --client-gpus > 0"), err
+        missing = f"cuda:{torch.cuda.device_count()}"
+        code, _, err = run(capsys, "--client-gpus", "1", "--run-config", f"device='{missing}'")
+        assert code == 2 and not no_simulation and err.count("\n") == 1
+        assert err.startswith(f"error: device = '{missing}' is not usable here"), err
+    else:
+        assert err.startswith("error: device = 'cuda' is not usable here"), err
+
+
+def test_client_resources_must_be_positive(capsys, no_simulation):
+    code, _, err = run(capsys, "--client-cpus", "0")
+    assert code == 2 and "--client-cpus 0" in err and not no_simulation
 
 
 def test_num_clients_zero_is_an_error(capsys, no_simulation):
