@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import os
 import time
 from dataclasses import dataclass, field
 from logging import ERROR, INFO
@@ -64,6 +65,11 @@ def plan_run(config: RunConfig) -> RunPlan:
     del model
     check_budgets(config.budgets, len(layer_names))
     run_dir = run_directory(config)
+    existing = next(p for p in (run_dir, *run_dir.parents) if p.exists())
+    if not (existing.is_dir() and os.access(existing, os.W_OK | os.X_OK)):
+        key, value = ("resume-from", config.resume_from) if config.resume_from else ("results-dir",
+                                                                                   config.results_dir)
+        raise ConfigError(f"{key} = {value!r}: cannot write {run_dir} ({existing} is not a writable folder)")
     if config.resume_from:
         try:
             done, initial, personal = load_checkpoint(run_dir)

@@ -144,6 +144,8 @@ class RunConfig:
         if not _named(self.model, MODELS):
             raise ConfigError(f"model = {self.model!r} is unknown; choose one of {', '.join(MODELS)}")
         check_device_name(self.device)
+        if self.run_name in (".", "..") or "/" in self.run_name or "\\" in self.run_name:
+            raise ConfigError(f"run-name = {self.run_name!r} must be a plain folder name")
         if strategies and self.strategy not in strategies:
             raise ConfigError(
                 f"strategy = {self.strategy!r} is unknown; choose one of {', '.join(strategies)}")

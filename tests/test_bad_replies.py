@@ -366,3 +366,10 @@ def test_min_nodes_decides_whether_a_round_without_the_failing_node_aggregates()
         np.testing.assert_array_equal(value, initial_state()[key])
     _, logs = run_rounds(tamper, rounds=1, min_nodes=2)
     assert logs[0].aggregated
+
+
+def test_the_budgets_clients_report_are_logged_once_while_unchanged(caplog):
+    with caplog.at_level(logging.INFO):
+        run_rounds({}, rounds=2)
+    lines = [r.getMessage() for r in caplog.records if "layer budgets" in r.getMessage()]
+    assert lines == ["round 1: layer budgets by partition id: 0: 2, 1: 3, 2: 4"]

@@ -69,6 +69,7 @@ BAD = {
     "budgets='6,x'": ("budgets", "'x'"),
     f"budgets='2,5' {TINY}": ("budgets", "5 exceeds the model's 4"),
     "min-nodes=6": ("min-nodes", "6"),
+    "run-name='../elsewhere'": ("run-name", "'../elsewhere'"),
     f"resume-from='/no/such/run' budgets='2' {TINY}": ("resume-from", "/no/such/run"),
 }
 
@@ -102,6 +103,14 @@ def test_cuda_device_the_clients_cannot_use_stops_before_ray(capsys, no_simulati
 def test_client_resources_must_be_positive(capsys, no_simulation):
     code, _, err = run(capsys, "--client-cpus", "0")
     assert code == 2 and "--client-cpus 0" in err and not no_simulation
+
+
+def test_results_dir_that_cannot_be_written_stops_before_ray(capsys, no_simulation, tmp_path):
+    blocker = tmp_path / "a-file"
+    blocker.write_text("")
+    code, _, err = run(capsys, "--run-config", f"results-dir='{blocker}/runs' budgets='2' {TINY}")
+    assert code == 2 and not no_simulation and err.count("\n") == 1
+    assert err.startswith(f"error: results-dir = '{blocker}/runs': cannot write"), err
 
 
 def test_num_clients_zero_is_an_error(capsys, no_simulation):
