@@ -138,6 +138,7 @@ def test_three_authenticated_nodes_complete_two_rounds_with_their_own_budgets(fe
                             timeout=RUN_TIMEOUT)
     assert result.ok, result.output[-3000:]
     run_dir = tmp_path / "deploy"
+    assert json.loads((run_dir / "config.json").read_text())["budgets"] == ""  # node config only
     rounds = read_jsonl(run_dir / "rounds.jsonl")
     assert [r["round"] for r in rounds] == [1, 2]
     assert all(r["aggregated"] and r["failures"] == 0 for r in rounds), rounds
