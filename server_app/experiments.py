@@ -106,10 +106,15 @@ def incomplete(run_dir: Path, num_rounds: int) -> str | None:
     the last one evaluated by at least one client (a run whose every client failed is run again),
     final adapters written."""
     rounds = run_dir / "rounds.jsonl"
-    lines = rounds.read_text().splitlines() if rounds.exists() else []
-    if len(lines) < num_rounds:
-        return f"only {len(lines)} of {num_rounds} rounds completed"
-    if not json.loads(lines[-1]).get("evaluate"):
+    logged = []
+    for line in rounds.read_text().splitlines() if rounds.exists() else []:
+        try:
+            logged.append(json.loads(line))
+        except json.JSONDecodeError:  # cut short by a kill during its append
+            break
+    if len(logged) < num_rounds:
+        return f"only {len(logged)} of {num_rounds} rounds completed"
+    if not logged[-1].get("evaluate"):
         return "no client evaluated the last round; see the log above"
     if not (run_dir / "adapters.safetensors").exists():
         return "no final adapters were written"

@@ -45,7 +45,7 @@ def read_jsonl(path: Path) -> list[dict]:
 def test_simulation_writes_every_results_file(finished_run):
     run_dir, proc = finished_run
     for name in ("config.json", "rounds.jsonl", "clients.jsonl", "fronts.jsonl",
-                 "adapters.safetensors", "checkpoint/state.json", "checkpoint/global.safetensors"):
+                 "adapters.safetensors", "checkpoint/state.json", "checkpoint/global-2.safetensors"):
         assert (run_dir / name).exists(), name
     rounds = read_jsonl(run_dir / "rounds.jsonl")
     assert [r["round"] for r in rounds] == [1, 2]
