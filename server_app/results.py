@@ -14,8 +14,9 @@ The checkpoint is atomic as a set: a round's adapter files get new names, ``stat
 replaced (``os.replace``) only once they are all written, and the previous round's files are
 deleted only after that. A kill at any instant therefore leaves a ``state.json`` that names a
 complete set of files of one round; files of a round it does not name are leftovers and ignored.
-Checkpoints of the older layout (``global.safetensors``, ``personal-<node>.safetensors`` and
-``"personal": [nodes]`` in ``state.json``) still load.
+On resume, log lines of rounds after the checkpoint, and a line cut short by a kill during its
+append, are dropped. Checkpoints of the older layout (``global.safetensors``,
+``personal-<node>.safetensors`` and ``"personal": [nodes]`` in ``state.json``) still load.
 """
 
 from __future__ import annotations
