@@ -57,10 +57,9 @@ def load_overrides(config_file: str | None, run_config: list[str]) -> dict[str, 
 def resolve(overrides: dict[str, object]) -> RunConfig:
     """Fuse defaults and overrides, validate, and fix a run name so the results can be found."""
     from server_app.app import STRATEGIES
-    from server_app.experiments import check_values
 
     values = {**default_config(), **overrides}
-    config = check_values(values, STRATEGIES)
+    config = RunConfig.from_mapping(values, strategies=STRATEGIES)
     if not config.run_name and not config.resume_from:
         values["run-name"] = f"{config.strategy}-{config.optimizer}-{time.strftime('%Y%m%d-%H%M%S')}"
     values["progress-bar"] = True

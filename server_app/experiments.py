@@ -28,8 +28,6 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from settings import PROJECT_ROOT, ConfigError, RunConfig
-from tasks.data.mixed import PREFIX as MIXED_PREFIX
-from tasks.data.mixed import parse_mixed
 
 RUNS, CONFIGS, LOGS = "runs", "configs", "logs"
 EXPERIMENT_FILE = "experiment.json"
@@ -85,20 +83,7 @@ def validate(base: dict[str, object], specs: Sequence[RunSpec], experiment_dir: 
              strategies: tuple[str, ...]) -> None:
     """Every run's config is checked before the first run starts (ConfigError names the key)."""
     for spec in specs:
-        check_values(run_values(base, spec, experiment_dir), strategies)
-
-
-def check_values(values: dict[str, object], strategies: tuple[str, ...]) -> RunConfig:
-    """`RunConfig.from_mapping`, plus every component of a ``mixed:<a>+<b>`` data set."""
-    config = RunConfig.from_mapping(values, strategies=strategies)
-    if config.dataset.startswith(MIXED_PREFIX):
-        try:
-            parts = parse_mixed(config.dataset)
-        except ValueError as err:
-            raise ConfigError(str(err)) from None
-        for part in parts:
-            RunConfig.from_mapping({**values, "dataset": part}, strategies=strategies)
-    return config
+        RunConfig.from_mapping(run_values(base, spec, experiment_dir), strategies=strategies)
 
 
 def incomplete(run_dir: Path, num_rounds: int) -> str | None:

@@ -76,5 +76,6 @@ def test_a_fixed_node_budget_beats_auto_in_the_run_config(estimates):
 
 
 def test_bad_node_budget_names_the_setting_and_the_value(estimates):
-    with pytest.raises(ConfigError, match=r"^node config layer-budget = 'two' is not a positive int or 'auto'$"):
+    with pytest.raises(ConfigError,
+                       match=r"^node config layer-budget = 'two' is not a positive int or 'auto'$"):
         setup("1,2", 0, {"layer-budget": "two"})
