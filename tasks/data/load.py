@@ -8,6 +8,7 @@ partitioning.
 
 from __future__ import annotations
 
+import functools
 from collections.abc import Callable
 
 import numpy as np
@@ -76,8 +77,9 @@ def load_partition(
     if isinstance(dataset, str) and dataset.startswith(MIXED_PREFIX):
         _check_int("num_partitions", num_partitions, 1)
         _check_int("partition_id", partition_id, 0, num_partitions)
-        return load_mixed(dataset, int(partition_id), int(num_partitions), partitioner, seed,
-                          max_train, max_test)
+        component = functools.partial(load_partition, partitioner=partitioner, seed=seed,
+                                      max_train=max_train, max_test=max_test)
+        return load_mixed(dataset, int(partition_id), int(num_partitions), component)
     load = _resolve(dataset)
     spec = parse_partitioner(partitioner)
     _check_int("num_partitions", num_partitions, 1)
