@@ -32,6 +32,7 @@ def test_datasets_constant_lists_every_data_set():
         "synthetic",
         "synthetic-multilabel",
         "medmnist-vqa:<dir>",
+        "hf-disk:<dir>[?<option>=<value>&...]",
         "mixed:<dataset>+<dataset>[+...]",
     )
 
