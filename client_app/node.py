@@ -51,7 +51,7 @@ def _int(node: Mapping, key: str, default: int, low: int) -> int:
 
 def _dataset(node: Mapping, config: RunConfig) -> str:
     """The run's data set, or the node's own; ``data-dir`` points a folder data set at this site's
-    copy (``medmnist-vqa:<data-dir>``)."""
+    copy (``medmnist-vqa:<data-dir>``, ``hf-disk:<data-dir>?<options>``)."""
     dataset, where = config.dataset, ""
     if "dataset" in node:
         dataset = node["dataset"]
@@ -67,7 +67,8 @@ def _dataset(node: Mapping, config: RunConfig) -> str:
         if kind not in FOLDER_DATASETS:
             raise ConfigError(f"{where} applies to {', '.join(FOLDER_DATASETS)} data only, "
                               f"not dataset = {dataset!r}")
-        dataset = f"{kind}:{folder}"
+        options = dataset.partition(":")[2].partition("?")[1:]  # hf-disk's "?column=..." stays
+        dataset = f"{kind}:{folder}{''.join(options)}"
     check_data_here(dataset, where)
     return dataset
 

@@ -15,23 +15,28 @@ from tasks import resolve_device
 from tasks.data.mixed import PREFIX as MIXED_PREFIX
 from tasks.data.mixed import parse_mixed
 
-FOLDER_DATASETS = ("medmnist-vqa",)  # "<name>:<dir>" data sets read from a local folder
+# "<name>:<dir>[?options]" data sets read from a local folder, and a file pattern the folder must hold
+FOLDER_DATASETS = {"medmnist-vqa": ("*.npz",),
+                   "hf-disk": ("dataset_dict.json", "state.json")}  # save_to_disk: DatasetDict / Dataset
 
 
 def check_data_here(dataset: str, where: str = "") -> None:
-    """Every folder the data set reads (``medmnist-vqa:<dir>``, also inside ``mixed:``) exists
-    here and holds ``*.npz`` files; `where` names the setting (default ``dataset = <value>``)."""
+    """Every folder the data set reads (``medmnist-vqa:<dir>``, ``hf-disk:<dir>``, also inside
+    ``mixed:``) exists here and holds that data set's files; `where` names the setting (default
+    ``dataset = <value>``)."""
     where = where or f"dataset = {dataset!r}"
     parts = parse_mixed(dataset) if dataset.startswith(MIXED_PREFIX) else (dataset,)
     for part in parts:
-        kind, sep, folder = part.partition(":")
+        kind, sep, rest = part.partition(":")
         if kind not in FOLDER_DATASETS or not sep:
             continue
+        folder = rest.partition("?")[0]
         path = Path(folder)
         if not path.is_dir():
             raise ConfigError(f"{where}: no folder {folder!r} on this machine")
-        if not any(path.glob("*.npz")):
-            raise ConfigError(f"{where}: folder {folder!r} holds no .npz files")
+        patterns = FOLDER_DATASETS[kind]
+        if not any(any(path.glob(pattern)) for pattern in patterns):
+            raise ConfigError(f"{where}: folder {folder!r} holds no {' or '.join(patterns)}")
 
 
 def check_model_here(model: str) -> None:

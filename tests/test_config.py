@@ -180,10 +180,16 @@ def test_run_config_accepts_well_formed_values(value):
 def test_local_checks_name_the_setting_they_judge(tmp_path):
     with pytest.raises(ConfigError, match=r"^node config data-dir = '/d': no folder"):
         check_data_here("medmnist-vqa:/no/such/dir", "node config data-dir = '/d'")
-    with pytest.raises(ConfigError, match="holds no .npz files"):
+    with pytest.raises(ConfigError, match=r"holds no \*\.npz$"):
         check_data_here(f"medmnist-vqa:{tmp_path}")
     (tmp_path / "a.npz").write_bytes(b"")
     check_data_here(f"mixed:synthetic+medmnist-vqa:{tmp_path}")
+    saved = tmp_path / "saved"
+    saved.mkdir()
+    with pytest.raises(ConfigError, match=rf"^dataset = .*: folder '{saved}' holds no dataset_dict.json or"):
+        check_data_here(f"hf-disk:{saved}?image=img")
+    (saved / "state.json").write_text("{}")  # what Dataset.save_to_disk writes
+    check_data_here(f"hf-disk:{saved}?image=img")  # the folder is the part before '?'
     assert check_device_here("cpu") == "cpu"
     with pytest.raises(ConfigError, match="^node config device = 'tpu'"):
         check_device_here("tpu", "node config device")

@@ -17,8 +17,9 @@ from flwr.app import ConfigRecord, Context, Message, RecordDict
 
 import tasks
 from client_app.app import app as client_app
+from client_app.node import node_settings
 from server_app.app import app as server_app
-from settings import default_config
+from settings import RunConfig, default_config
 from strategies.layer_selection import QUERY_LNTK
 from strategies.records import to_record
 from tests.inprocess import InProcessGrid
@@ -152,3 +153,11 @@ def test_the_server_logs_a_node_error_once_and_the_others_train(tmp_path, caplog
     assert all({f["node"] for f in r["rejected"]} == {101} for r in rows)
     assert all(r["clients"] == 2 for r in rows)
     assert np.isfinite([r["train"]["train_loss_last"] for r in rows]).all()
+
+
+def test_a_nodes_data_dir_keeps_the_hf_disk_column_options(tmp_path):
+    (tmp_path / "state.json").write_text("{}")
+    config = RunConfig.from_mapping({**default_config(),
+                                     "dataset": "hf-disk:/server/copy?image=img&answer=a"})
+    node = node_settings({"data-dir": str(tmp_path)}, config)
+    assert node.dataset == f"hf-disk:{tmp_path}?image=img&answer=a"
