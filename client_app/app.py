@@ -16,6 +16,7 @@ import tasks
 from client_app.personal import save_personal
 from client_app.replies import check_mask, error_replies
 from client_app.runtime import client_setup, load_global, reported_budget, resolve_budget
+from settings import HEADS_ONLY
 from strategies.records import from_record, to_record
 from tasks.scores import score_layers
 
@@ -58,11 +59,13 @@ def lntk(msg: Message, context: Context) -> Message:
 
 @app.train()
 def train(msg: Message, context: Context) -> Message:
-    """Train only the assigned layers (+ own head); send back only those layers' adapters."""
+    """Train only the assigned layers (+ own head); send back only those layers' adapters (none
+    at all with ``strategy = "none"``: an empty mask, only the head trains)."""
     setup = client_setup(context)
     config = msg.content["config"]
     server_round = int(config["server-round"])
-    layers = check_mask(config["mask"], len(setup.model.layer_names), reported_budget(setup, context))
+    layers = check_mask(config["mask"], len(setup.model.layer_names), reported_budget(setup, context),
+                        heads_only=setup.config.strategy == HEADS_ONLY)
     load_global(setup, context, from_record(msg.content["arrays"]), str(config["run-dir"]),
                 before=server_round)
     mask = np.zeros(len(setup.model.layer_names), dtype=bool)

@@ -41,9 +41,10 @@ def error_replies(msg: Message, context: Context, call_next: ClientAppCallable) 
         return Message(Error(code=ErrorCode.CLIENT_APP_RAISED_EXCEPTION, reason=reason), reply_to=msg)
 
 
-def check_mask(mask: object, num_layers: int, budget: int) -> list[int]:
+def check_mask(mask: object, num_layers: int, budget: int, *, heads_only: bool = False) -> list[int]:
     """The layers of a train message's ``mask``: distinct layer indices in ``0..L-1``, at least
-    one and at most this client's budget k_i (paper Eq. 21's constraint |M_i| <= k_i)."""
+    one and at most this client's budget k_i (paper Eq. 21's constraint |M_i| <= k_i); in a
+    ``strategy = "none"`` run (``heads_only``) exactly none: only the client's own head trains."""
     if not isinstance(mask, Sequence) or isinstance(mask, str | bytes):
         raise Refused(f"train mask {mask!r} is not a list of layer indices")
     layers = list(mask)
@@ -54,6 +55,10 @@ def check_mask(mask: object, num_layers: int, budget: int) -> list[int]:
     repeated = [v for i, v in enumerate(layers) if v in layers[:i]]
     if repeated:
         raise Refused(f"train mask {layers} lists layer {repeated[0]} twice")
+    if heads_only:
+        if layers:
+            raise Refused(f"train mask {layers} assigns layers, but strategy = 'none' trains heads only")
+        return layers
     if not layers:
         raise Refused("train mask [] assigns no layer")
     if len(layers) > budget:

@@ -15,12 +15,11 @@ from flwr.supercore import log
 import tasks
 from server_app.results import Recorder, load_checkpoint
 from settings import ConfigError, RunConfig, check_budgets, check_model_here
-from strategies import FIXED_RULES, LayerSelectionStrategy, make_rule
+from strategies import AGGREGATIONS, SELECTIONS, LayerSelectionStrategy, make_rule
 from strategies.records import State, to_record
-from tasks.scores import BASELINE_SCORERS
 
 app = ServerApp()
-STRATEGIES = (*FIXED_RULES, *BASELINE_SCORERS)
+STRATEGIES = tuple(SELECTIONS)
 
 
 def run_directory(config: RunConfig) -> Path:
@@ -85,13 +84,16 @@ def plan_run(config: RunConfig) -> RunPlan:
 
 
 def build_strategy(config: RunConfig, num_layers: int, recorder: Recorder) -> LayerSelectionStrategy:
-    """The strategy of ``config.strategy`` with the run's training and scoring settings."""
+    """The one round of every run (`strategies.layer_selection`) with its two axes from the run
+    config: the selection rule of ``strategy`` (`strategies.selection.SELECTIONS`) and the
+    aggregator of ``aggregation`` (`strategies.aggregation.AGGREGATIONS`), plus the run's training
+    and scoring settings."""
     rule = make_rule(config.strategy, config.optimizer,
                      {"pop_size": config.optimizer_pop_size, "n_gen": config.optimizer_generations,
-                      "pick": config.optimizer_pick},
-                     scorers=BASELINE_SCORERS)
+                      "pick": config.optimizer_pick})
     return LayerSelectionStrategy(
         rule, num_layers,
+        aggregator=AGGREGATIONS[config.aggregation],
         train_config={"local-steps": config.local_steps, "batch-size": config.batch_size,
                       "head-lr": config.head_lr, "weight-decay": config.weight_decay},
         score_config={"score-mode": config.score_mode, "score-batch-size": config.score_batch_size},

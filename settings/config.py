@@ -24,7 +24,13 @@ from tasks.data.partition import parse_partitioner
 
 PROJECT_ROOT = Path(__file__).resolve().parent.parent
 OPTIMIZERS = tuple(a for a in ALGORITHMS if a not in ("topk", "random", "last"))
+AGGREGATIONS = ("masked-fedavg",)
+"""Names of `strategies.aggregation.AGGREGATIONS`, kept here so that settings (read by both apps)
+need not import the server's strategies; tests/test_selection_registry.py keeps the two equal."""
+HEADS_ONLY = "none"
+"""The strategy that trains no adapter (only the clients' heads): its train masks are empty."""
 CHOICES = {
+    "aggregation": AGGREGATIONS,
     "optimizer": OPTIMIZERS,
     "optimizer-pick": ("weighted", "knee"),
     "adapter": ("lora", "layer"),
@@ -81,6 +87,7 @@ class RunConfig:
 
     num_server_rounds: int
     strategy: str
+    aggregation: str
     optimizer: str
     optimizer_pop_size: int
     optimizer_generations: int

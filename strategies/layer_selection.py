@@ -1,14 +1,21 @@
-"""The layer-selecting Flower strategy (F3OCUS and the selection baselines that share its round).
+"""The layer-selecting Flower strategy: the one round every run shares, whatever its two axes.
 
-One round (paper Fig. 4):
-1. ``query.lntk`` to the sampled clients with the current global adapters; each replies with the
-   principal LNTK eigenvalue of every layer (or another score), its budget and example count;
-2. replies are validated, a bad one is logged (once per node and reason, however many rounds it
-   repeats, e.g. a node that cannot use a setting) and its client sits the round out;
-3. the selection rule turns scores and budgets into one mask per client (paper Eq. 21 for F3OCUS);
-4. each client gets its own train message with its mask and returns only the trained layers;
+`server_app.app.build_strategy` picks the axes from the run config: the selection rule
+(``strategy``, `strategies.selection`) and the aggregator (``aggregation``,
+`strategies.aggregation`). One round (paper Fig. 4):
+1. ``query.lntk`` to the sampled clients with the current global adapters; each replies
+   (`client_app.app.lntk` -> `tasks.scores`) with the principal LNTK eigenvalue of every layer (or
+   the rule's other score; zeros when the rule needs none), its budget and example count;
+2. replies are validated (`strategies.validation`), a bad one is logged (once per node and reason,
+   however many rounds it repeats, e.g. a node that cannot use a setting) and its client sits the
+   round out;
+3. the selection rule turns scores and budgets into one mask per client (paper Eq. 21 for F3OCUS;
+   all empty for ``none``);
+4. each client gets its own train message with its mask (`client_app.app.train` -> `tasks.train`)
+   and returns only the trained layers' adapters (none for an empty mask);
 5. the aggregator (masked FedAvg by default) merges the updates per layer;
-6. every sampled client evaluates the new global adapters with its own head.
+6. every sampled client evaluates the new global adapters with its own head
+   (`client_app.app.evaluate` -> `tasks.evaluate`).
 """
 
 from __future__ import annotations
