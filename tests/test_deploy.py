@@ -1,78 +1,27 @@
-"""Flower's Deployment Engine on 127.0.0.1 (issue 6): a TLS SuperLink with SuperNode authentication,
-three SuperNodes with their own budgets, refused nodes, and a node killed in the middle of a run.
+"""Flower's Deployment Engine on 127.0.0.1 (issue 6): three authenticated SuperNodes with their own
+budgets complete a run, and refused nodes (tests/deployment.py starts the federation).
 
-One federation (deploy.launch.Federation) serves the whole module; every process it starts is
-stopped by its PID at the end, and the teardown fails if any process naming its folder or ports is left.
-The runs set no run-config ``budgets``, so the budgets the sites declare (node config) are the only
+The run sets no run-config ``budgets``, so the budgets the sites declare (node config) are the only
 source. The refused nodes each have one fault and are all tried at once against the same SuperLink.
+A node killed in the middle of a run: tests/test_deploy_fault.py (its own federation, so the two
+federated runs can go to different pytest-xdist workers).
 """
 
 from __future__ import annotations
 
-import contextlib
 import json
-import os
-import signal
-import socket
-import threading
-import time
-from pathlib import Path
 
 import pytest
 
-from deploy.launch import Federation, Node, site_nodes
+from deploy.launch import Node
 from deploy.make_certs import make_credentials
-
-BUDGETS = {"site-0": 1, "site-1": 2, "site-2": 3}  # tiny-vilt has 4 selectable layers
-SETTINGS = ("model='tiny-vilt' dataset='synthetic' partitioner='iid' budgets='' local-steps=4 "
-            "batch-size=8 max-test-samples=40 optimizer-pop-size=20 optimizer-generations=10")
-RUN_TIMEOUT = 1200  # generous: other work may share the 2 cores
-
-
-def free_port_block(size: int) -> int:
-    """A port p with p..p+size-1 all free on 127.0.0.1."""
-    for _ in range(50):
-        with socket.socket() as probe:
-            probe.bind(("127.0.0.1", 0))
-            base = probe.getsockname()[1]
-        if base + size > 65535:
-            continue
-        try:
-            for port in range(base, base + size):
-                with socket.socket() as s:
-                    s.bind(("127.0.0.1", port))
-        except OSError:
-            continue
-        return base
-    raise RuntimeError("no block of free ports on 127.0.0.1")
+from tests.deployment import BUDGETS, RUN_TIMEOUT, read_jsonl, run_config, start_federation
 
 
 @pytest.fixture(scope="module")
 def federation(tmp_path_factory):
-    workdir = tmp_path_factory.mktemp("federation")
-    nodes = site_nodes([str(b) for b in BUDGETS.values()], "synthetic", "cpu", workdir)
-    fed = Federation(workdir, nodes, port=free_port_block(16))
-    fed.credentials(extra=["stranger", "wrong-ca"])  # stranger's key is never registered
-    try:
-        fed.start(timeout=600)
-        yield fed
-    finally:
-        fed.stop_all()  # every process by its PID, then any SuperExec/App process left of them
-        time.sleep(2)
-        left = fed.strays()
-        for pid in left:
-            with contextlib.suppress(ProcessLookupError):
-                os.kill(pid, signal.SIGKILL)
-        assert not left, f"processes left running: {left}"
-
-
-def run_config(tmp: Path, name: str, **extra: object) -> str:
-    settings = {"results-dir": f"'{tmp}'", "run-name": f"'{name}'", **extra}
-    return SETTINGS + " " + " ".join(f"{k}={v}" for k, v in settings.items())
-
-
-def read_jsonl(path: Path) -> list[dict]:
-    return [json.loads(line) for line in path.read_text().splitlines()]
+    # "stranger"'s key is never registered; "wrong-ca" is registered by `refused`
+    yield from start_federation(tmp_path_factory.mktemp("federation"), ("stranger", "wrong-ca"))
 
 
 @pytest.fixture(scope="module")
@@ -155,43 +104,3 @@ def test_three_authenticated_nodes_complete_two_rounds_with_their_own_budgets(fe
     assert not (run_dir / "clients").exists()
 
 
-def test_killed_node_is_recorded_the_run_completes_and_the_restarted_node_rejoins(federation, tmp_path):
-    victim = federation.nodes[2]
-    victim_id = federation.node_ids[victim.name]
-    log = federation.log_path(victim.name)
-    seen = log.read_text().count("Receiving:")
-    outcome = {}
-    runner = threading.Thread(target=lambda: outcome.setdefault("result", federation.run(
-        run_config(tmp_path, "fault", **{"num-server-rounds": 2, "round-timeout": 600,
-                                         "fraction-evaluate": 0.0}),
-        timeout=RUN_TIMEOUT)))
-    runner.start()
-    try:
-        deadline = time.monotonic() + RUN_TIMEOUT
-        while log.read_text().count("Receiving:") == seen:  # its first message of this run
-            assert time.monotonic() < deadline and runner.is_alive(), "the victim got no message"
-            time.sleep(0.5)
-        federation.stop(victim.name, signal.SIGKILL)  # dies mid-round, with its App processes
-        while victim_id in federation.online_nodes():  # the SuperLink notices the missing heartbeats
-            assert time.monotonic() < deadline, "the SuperLink never marked the killed node offline"
-            time.sleep(2)
-        federation.start_supernode(victim)  # same key, so the same node id; same state-dir
-    except BaseException:
-        federation.stop("flwr-run")
-        raise
-    finally:
-        runner.join(timeout=RUN_TIMEOUT)
-    result = outcome["result"]
-    assert result.ok, result.output[-3000:]
-    rounds = read_jsonl(tmp_path / "fault" / "rounds.jsonl")
-    assert [r["round"] for r in rounds] == [1, 2]
-    assert all(r["aggregated"] for r in rounds)
-    failures = [f for f in rounds[0]["rejected"] if f["node"] == victim_id]
-    assert failures and rounds[0]["failures"] >= 1, rounds[0]["rejected"]
-    assert any("Node Unavailable" in f["reason"] or "no reply" in f["reason"] for f in failures)
-    rows = read_jsonl(tmp_path / "fault" / "clients.jsonl")
-    first = {r["node"]: r for r in rows if r["round"] == 1}
-    assert first.get(victim_id, {}).get("mask") is None  # no layers for a node that cannot train
-    assert len(first) >= 2 and all(len(r["mask"]) == r["budget"] for n, r in first.items() if n != victim_id)
-    again = [r for r in rows if r["round"] == 2 and r["node"] == victim_id]
-    assert again and len(again[0]["mask"]) == BUDGETS[victim.name], rows  # it rejoined
