@@ -12,6 +12,7 @@ from metaheuristics import aco, bee_colony, mopso, nsga2, paper_ga, reference, s
 from metaheuristics.archive import PICKS, ParetoArchive
 from metaheuristics.problem import make_instance
 from metaheuristics.result import Assignment
+from metaheuristics.search import Context, drive
 
 _SEARCHES = {
     "nsga2": nsga2,
@@ -113,12 +114,11 @@ def optimize(
         raise ValueError(f"pick: unknown {pick!r} (known: {', '.join(PICKS)})")
     settings = _check_params(algorithm, params)
     archive = ParetoArchive(instance, pick)
+    ctx = Context(instance, archive, int(seed), settings.pop("pop_size"), settings.pop("n_gen"))
     if algorithm in _SEARCHES:
-        _SEARCHES[algorithm].run(instance, archive, int(seed), **settings)
+        drive(_SEARCHES[algorithm].steps(ctx, **settings), archive)
     else:
-        masks = reference.SOLVERS[algorithm](instance, int(seed))
-        archive.add(masks, *instance.evaluate(masks))
-        archive.record(0)
+        drive(reference.steps(ctx, algorithm), archive)
     best = archive.best()
     seconds = time.perf_counter() - start
     return Assignment(

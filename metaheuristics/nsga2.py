@@ -24,14 +24,13 @@ generation is mostly pymoo's evaluator and rank-and-crowding survival bookkeepin
 
 from __future__ import annotations
 
+from collections.abc import Iterator
+
 import numpy as np
 from pymoo.algorithms.moo.nsga2 import NSGA2
-from pymoo.core.callback import Callback
 from pymoo.core.problem import Problem
 from pymoo.operators.selection.tournament import TournamentSelection
-from pymoo.optimize import minimize
 
-from metaheuristics.archive import ParetoArchive
 from metaheuristics.operators import (
     ArrayMating,
     ExactDuplicates,
@@ -42,6 +41,7 @@ from metaheuristics.operators import (
     dominance_tournament,
 )
 from metaheuristics.problem import Instance
+from metaheuristics.search import Batch, Context
 
 DEFAULTS = {
     "pop_size": 50,
@@ -55,16 +55,20 @@ CROSSOVERS = {"rows": RowCrossover, "union": UnionCrossover}
 
 class LayerProblem(Problem):
     """pymoo view of an instance: x is the flattened (N * L) mask, F = (-importance,
-    diversity) since pymoo minimises; evaluated for the whole population at once."""
+    diversity) since pymoo minimises; evaluated for the whole population at once. The last
+    evaluated batch is kept (``last``) so the search hands it to the archive without
+    stacking pymoo's individuals again."""
 
     def __init__(self, instance: Instance) -> None:
         super().__init__(n_var=instance.n_clients * instance.n_layers, n_obj=2, xl=0, xu=1, vtype=bool)
         self.instance = instance
+        self.last: Batch | None = None
 
     def _evaluate(self, x, out, *args, **kwargs):
         inst = self.instance
         masks = x.reshape(len(x), inst.n_clients, inst.n_layers).astype(bool, copy=False)
         importance, diversity = inst.evaluate(masks)
+        self.last = (masks, importance, diversity)
         out["F"] = np.column_stack((-importance, diversity))
 
 
@@ -76,34 +80,12 @@ class LayerNSGA2(NSGA2):
         self.opt = self.pop
 
 
-class _ArchiveFeed(Callback):
-    def __init__(self, archive: ParetoArchive, instance: Instance) -> None:
-        super().__init__()
-        self.archive, self.instance = archive, instance
-
-    def notify(self, algorithm) -> None:
-        off = algorithm.off
-        x, f = np.array([ind.X for ind in off]), np.array([ind.F for ind in off])
-        inst = self.instance
-        masks = x.reshape(len(x), inst.n_clients, inst.n_layers).astype(bool, copy=False)
-        self.archive.add(masks, -f[:, 0], f[:, 1])
-        self.archive.record(algorithm.n_iter - 1)
-
-
-def run(
-    instance: Instance,
-    archive: ParetoArchive,
-    seed: int,
-    pop_size: int,
-    n_gen: int,
-    mutation_rate: float,
-    crossover_rate: float,
-    crossover: str,
-) -> None:
-    """Run NSGA-II, feeding ``archive``; ``mutation_rate`` is the per-individual
-    mutation probability (§C.3: 0.5), ``crossover_rate`` the per-mating one."""
+def steps(ctx: Context, mutation_rate: float, crossover_rate: float, crossover: str) -> Iterator[Batch]:
+    """NSGA-II through pymoo's ask-and-tell loop, one evaluated batch per generation;
+    ``mutation_rate`` is the per-individual mutation probability (§C.3: 0.5),
+    ``crossover_rate`` the per-mating one."""
     algorithm = LayerNSGA2(
-        pop_size=pop_size,
+        pop_size=ctx.pop_size,
         sampling=ImportanceSampling(),
         mating=ArrayMating(
             TournamentSelection(func_comp=dominance_tournament),
@@ -112,12 +94,11 @@ def run(
         ),
         eliminate_duplicates=ExactDuplicates(),
     )
-    minimize(
-        LayerProblem(instance),
-        algorithm,
-        ("n_gen", n_gen + 1),
-        seed=seed,
-        callback=_ArchiveFeed(archive, instance),
-        copy_algorithm=False,
-        verbose=False,
-    )
+    problem = LayerProblem(ctx.instance)
+    algorithm.setup(problem, termination=("n_gen", ctx.n_gen + 1), seed=ctx.seed, verbose=False)
+    inst = ctx.instance
+    empty = np.zeros((0, inst.n_clients, inst.n_layers), dtype=bool)
+    while algorithm.has_next():
+        problem.last = (empty, np.zeros(0), np.zeros(0))  # no unique offspring: nothing new
+        algorithm.next()
+        yield problem.last

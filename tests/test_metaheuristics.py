@@ -150,8 +150,7 @@ def test_sa_single_chain_and_histories_have_the_documented_fields():
     assert_budgets(single, budgets)
     for algorithm in SEARCHES:
         result = optimize(scores, budgets, algorithm=algorithm, n_gen=5, pop_size=8)
-        first = 1 if algorithm == "aco" else 0
-        assert [h["iteration"] for h in result.history] == list(range(first, 6))
+        assert [h["iteration"] for h in result.history] == list(range(6))
         for h in result.history:
             assert set(h) == {"iteration", "best_importance", "best_diversity", "front_size"}
         assert result.history[-1]["best_importance"] == pytest.approx(result.importance)
