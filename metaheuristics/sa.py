@@ -54,46 +54,60 @@ from metaheuristics.moves import swap_one
 from metaheuristics.search import Batch, Context, dominates, seeded_population
 
 DEFAULTS = {"pop_size": 50, "n_gen": 20, "t0": 100.0, "t_end": 1.0, "cooling": 0.95}
+Objectives = tuple[np.ndarray, np.ndarray]
 
 
-def _delta_dom(a: tuple[np.ndarray, np.ndarray], b: tuple[np.ndarray, np.ndarray]) -> np.ndarray:
+def _delta_dom(a: Objectives, b: Objectives) -> np.ndarray:
     """AMOSA's amount of domination on normalised objectives (broadcast over a and b)."""
     d_imp, d_div = np.abs(a[0] - b[0]), np.abs(a[1] - b[1])
     return np.where(d_imp > 0, d_imp, 1.0) * np.where(d_div > 0, d_div, 1.0)
 
 
+def acceptance(cur: Objectives, prop: Objectives, arc: Objectives, temperature: float, rng) -> tuple:
+    """AMOSA's decision for every chain (module docstring), on normalised objectives.
+
+    ``cur`` and ``prop`` are (importance, diversity) arrays of shape (P,), ``arc`` those of
+    the archive, shape (A,); ``temperature`` <= 0 means only dominating moves. Returns
+    (move, jump, target): move to the proposal, jump to archive member ``target``.
+    """
+    arc_b, prop_b = (arc[0][None], arc[1][None]), (prop[0][:, None], prop[1][:, None])
+    arc_wins = dominates(*arc_b, *prop_b)  # (P, A)
+    amount = _delta_dom(arc_b, prop_b)
+    cur_wins, prop_wins = dominates(*cur, *prop), dominates(*prop, *cur)
+    n_worse = arc_wins.sum(axis=1) + cur_wins
+    mean = ((amount * arc_wins).sum(axis=1) + cur_wins * _delta_dom(cur, prop)) / np.maximum(n_worse, 1)
+    n_chains = len(cur[0])
+    take_worse = np.zeros(n_chains, dtype=bool)
+    if temperature > 0:
+        take_worse = rng.random(n_chains) < expit(-mean / temperature)
+    gaps = np.column_stack((np.where(arc_wins, amount, np.inf), np.full(n_chains, np.inf)))
+    target = np.argmin(gaps, axis=1)  # A (past the end) only where nothing in the archive wins
+    least = gaps[np.arange(n_chains), target]
+    jump = prop_wins & arc_wins.any(axis=1) & (rng.random(n_chains) < expit(least))
+    move = ~jump & (prop_wins | (n_worse == 0) | take_worse)
+    return move, jump, target
+
+
 def steps(ctx: Context, t0: float, t_end: float, cooling: float) -> Iterator[Batch]:
     """Run ``pop_size`` AMOSA chains for ``n_gen`` steps from T = t0, cooling geometrically."""
     inst, archive, rng = ctx.instance, ctx.archive, ctx.rng
-    bounds = archive.bounds
+    norm = archive.bounds.normalize
     current = seeded_population(inst, ctx.pop_size, rng)
     imp, div = inst.evaluate(current)
     yield current, imp, div
-    rows = np.arange(ctx.pop_size)
     temperature = t0
     for _ in range(ctx.n_gen):
         new = swap_one(current, inst.budgets, rng, inst.sampling_weights)
         new_imp, new_div = inst.evaluate(new)
-        cur = bounds.normalize(imp, div)
-        prop = bounds.normalize(new_imp, new_div)
-        arc = bounds.normalize(archive.importance, archive.diversity)
-        arc_b = (arc[0][None], arc[1][None])
-        prop_b = (prop[0][:, None], prop[1][:, None])
-        arc_wins = dominates(*arc_b, *prop_b)  # (P, A)
-        amount = _delta_dom(arc_b, prop_b)
-        cur_wins = dominates(*cur, *prop)
-        prop_wins = dominates(*prop, *cur)
-        n_worse = arc_wins.sum(axis=1) + cur_wins
-        mean = ((amount * arc_wins).sum(axis=1) + cur_wins * _delta_dom(cur, prop)) / np.maximum(n_worse, 1)
-        if temperature > t_end:
-            take_worse = rng.random(ctx.pop_size) < expit(-mean / temperature)
-        else:
-            take_worse = np.zeros(ctx.pop_size, dtype=bool)
-        nearest = np.argmin(np.where(arc_wins, amount, np.inf), axis=1)
-        jump = prop_wins & arc_wins.any(axis=1) & (rng.random(ctx.pop_size) < expit(amount[rows, nearest]))
-        move = ~jump & (prop_wins | (n_worse == 0) | take_worse)
+        move, jump, target = acceptance(
+            norm(imp, div),
+            norm(new_imp, new_div),
+            norm(archive.importance, archive.diversity),
+            temperature if temperature > t_end else 0.0,
+            rng,
+        )
         current[move], imp[move], div[move] = new[move], new_imp[move], new_div[move]
-        back = nearest[jump]
+        back = target[jump]
         current[jump] = archive.masks[back]
         imp[jump], div[jump] = archive.importance[back], archive.diversity[back]
         yield new, new_imp, new_div
