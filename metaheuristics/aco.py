@@ -9,13 +9,15 @@ it selects (Algorithm 31).
 Deviations from the printed pseudo-code, and why:
 
 * Heuristic. Algorithm 28 uses the importance alone, eta = S, which knows nothing of the
-  second objective: such ants pile onto the same layers and the colony never reaches the
-  balanced half of the front. Here eta mixes importance with the load the ant has put on
-  each layer so far, eta = S^lambda * (1 / (1 + n_l))^(1 - lambda), with a different
-  lambda per ant, evenly spaced in [0, 1] (the heterogeneous colony of the bicriterion
-  ant, Iredi et al. 2001). For n_l to mean anything an ant assigns clients in turn; to
-  stay vectorised it does so in ``BLOCKS`` rounds (exactly one client per round when
-  N <= BLOCKS), each client's round drawn at random per ant.
+  second objective: such ants pile onto the same layers. Here eta mixes importance with
+  the load the ant has put on each layer so far, eta = S^lambda * (1 / (1 + n_l))^(1 -
+  lambda), with a different lambda per ant, evenly spaced in [0, 1] (the heterogeneous
+  colony of the bicriterion ant, Iredi et al. 2001). For n_l to mean anything an ant
+  assigns clients in turn; to stay vectorised the clients are dealt, in a fresh random
+  order every iteration, into ``BLOCKS`` rounds that all ants take together (one client
+  per round when N <= BLOCKS). Median hypervolume on the 10 x 32 benchmark (5 seeds,
+  without the top-k seed below): 1.178 with 8 rounds, 1.109 with all clients in one round,
+  where no ant sees any load.
 * Algorithm 28 indexes a per-layer ``pheromone[layer]`` while Algorithm 31 updates a
   per-client matrix ``pheromone[client][layer]``; the matrix is used for both.
 * Algorithm 28 draws k_i layers *with* replacement from ``range(num_layers)`` (= range(k_i))

@@ -94,16 +94,3 @@ def swap_one(
     out[rows, clients, drop] = False
     out[rows, clients, add] = True
     return out
-
-
-def resample_one_row(masks: np.ndarray, budgets: np.ndarray, rng: np.random.Generator) -> np.ndarray:
-    """Copy of ``masks`` where, in every solution, one uniformly chosen client gets a fresh
-    uniform k_i-subset of all L layers (supplement Algorithm 21, PERTURB_SOLUTION)."""
-    n_pop, n_clients, n_layers = masks.shape
-    out = masks.copy()
-    rows = np.arange(n_pop)
-    clients = rng.integers(n_clients, size=n_pop)
-    keys = rng.random((n_pop, n_layers))
-    ranks = np.argsort(np.argsort(keys, axis=1), axis=1)
-    out[rows, clients] = ranks < budgets[clients][:, None]
-    return out

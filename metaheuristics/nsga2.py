@@ -15,11 +15,17 @@ crossover of Algorithm 10 (``crossover="union"``) 0.95-0.99 (median 0.978); cros
 0.964). Without the top-k seed the ratio was about 0.85: the front lies close to the
 top-k assignment, and 1,000 evaluations do not reach it from importance-weighted starts.
 
-pymoo keeps one Python object per individual, which dominates the cost at these sizes;
-it is trimmed where pymoo allows: a vectorised tournament (operators.dominance_tournament),
+The loop is pymoo's ask-and-tell (``algorithm.next()``), one yielded batch per
+generation (search.drive). pymoo keeps one Python object per individual; its cost is
+trimmed where pymoo allows: a vectorised tournament (operators.dominance_tournament),
 mating on arrays (operators.ArrayMating, passed as ``mating=``), hash-based duplicate
-elimination, and ``opt`` not recomputed (the archive holds the result). What remains per
-generation is mostly pymoo's evaluator and rank-and-crowding survival bookkeeping.
+elimination on packed bits, crossover and mutation in place, and ``opt`` not recomputed
+(the archive holds the result). At cross-device scale (10,000 clients x 80 layers a
+population is 50 x 800,000 booleans, 40 MB) what remains is streaming those arrays: the
+einsum and byte-block count of Instance.evaluate, pymoo stacking the individuals for the
+evaluator and the mating, and the importance-proportional start (about a fifth of the
+run). Measured (process CPU time, median of 3, loaded 2-core machine): 3.9 s there
+against 7.8 s before these changes, 0.43 s at 1,000 clients (0.67 s before).
 """
 
 from __future__ import annotations

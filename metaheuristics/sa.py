@@ -38,8 +38,8 @@ Deviations from the printed pseudo-code, and why:
   proportional rows and the clients' own top-k, as NSGA-II) and a move is NSGA-II's
   balance-steered swap (moves.swap_one with the scores as weights). Median hypervolume on
   the 10 x 32 benchmark (5 seeds; NSGA-II 1.190): as here 1.176, without the top-k seed
-  1.012, with a uniform swap 1.130, resampling a whole client row (Algorithm 21's intent,
-  moves.resample_one_row) 1.103.
+  1.012, with a uniform swap 1.130, resampling a whole client row (Algorithm 21's intent)
+  1.103.
 * Below ``t_end`` only dominating moves (and the archive jump) are taken.
 """
 

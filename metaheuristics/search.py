@@ -6,7 +6,7 @@ iterations 1..n_gen its ``ctx.n_gen`` iterations. ``drive`` feeds every batch in
 Pareto archive and records the history entry of that iteration, so no algorithm repeats
 the seed / archive / history scaffolding. The generator resumes only after its batch is in
 the archive, so a search that steers by the archive (MOPSO leaders, ACO deposits, AMOSA
-acceptance, ABC acceptance) always sees it up to date.
+acceptance) always sees it up to date.
 """
 
 from __future__ import annotations
