@@ -48,7 +48,9 @@ class RowCrossover(Crossover):
     def _do(self, problem, X, *args, random_state=None, **kwargs):
         first, second = _as_masks(problem, X)
         coin = random_state.random(first.shape[:2]) < 0.5
-        first[coin], second[coin] = second[coin], first[coin]
+        differ = (first ^ second) & coin[..., None]  # swap the coin's rows with two xors
+        first ^= differ
+        second ^= differ
         return X
 
 
@@ -142,10 +144,10 @@ class ArrayMating(InfillCriterion):
         self.selection, self.crossover, self.mutation = selection, crossover, mutation
 
     def do(self, problem, pop, n_offsprings, random_state=None, **kwargs):
-        parents_x = pop.get("X")
+        parents = [ind.X for ind in pop]
         seen = {key for key in pop.get("key") if key is not None}
         if len(seen) < len(pop):  # the initial population carries no keys yet
-            seen = set(_keys(parents_x))
+            seen = set(_keys(np.array(parents)))
         parts: list[np.ndarray] = []
         keys: list[int] = []
         while len(keys) < n_offsprings and len(parts) < self.n_max_iterations:
@@ -153,7 +155,7 @@ class ArrayMating(InfillCriterion):
             mates = self.selection.do(
                 problem, pop, n_matings, n_parents=2, to_pop=False, random_state=random_state, **kwargs
             )
-            x = parents_x[mates.T]
+            x = np.array([[parents[i] for i in row] for row in mates.T])  # (2, matings, N * L)
             cross = random_state.random(n_matings) < get(self.crossover.prob)
             _apply(self.crossover, problem, x, cross, random_state, axis=1)
             children = x.reshape(-1, x.shape[-1])
