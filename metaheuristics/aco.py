@@ -57,7 +57,9 @@ DEFAULTS = {
 BLOCKS = 8
 
 
-def build(instance: Instance, attraction: np.ndarray, lam: np.ndarray, beta: float, rng) -> np.ndarray:
+def build(
+    instance: Instance, attraction: np.ndarray, lam: np.ndarray, beta: float, rng: np.random.Generator
+) -> np.ndarray:
     """One colony: (P, N, L) ants; ``attraction`` is tau^alpha (N, L), ``lam`` (P,)."""
     n_ants = lam.shape[0]
     n_clients, n_layers = instance.scores.shape
@@ -68,7 +70,7 @@ def build(instance: Instance, attraction: np.ndarray, lam: np.ndarray, beta: flo
     load = np.zeros((n_ants, 1, n_layers))
     for block in np.array_split(rng.permutation(n_clients), min(BLOCKS, n_clients)):
         log_w = log_attraction[block] + beta * (lam * log_importance[block] - (1.0 - lam) * np.log1p(load))
-        w = np.exp(log_w - log_w.max(axis=-1, keepdims=True))
+        w = positive_weights(np.exp(log_w - log_w.max(axis=-1, keepdims=True)))
         drawn = sample_subsets(w, instance.budgets[block], n_ants, rng)
         ants[:, block] = drawn
         load += drawn.sum(axis=1, keepdims=True)
@@ -83,7 +85,7 @@ def steps(
     lam = np.linspace(0.0, 1.0, ctx.pop_size) if ctx.pop_size > 1 else np.ones(1)
     pheromone = np.full((inst.n_clients, inst.n_layers), tau0)
     for iteration in range(ctx.n_gen + 1):
-        ants = build(inst, pheromone**alpha, lam, beta, rng)
+        ants = build(inst, positive_weights(pheromone**alpha), lam, beta, rng)
         if iteration == 0:
             ants[-1] = top_k(inst)
         yield (ants, *inst.evaluate(ants))

@@ -63,7 +63,9 @@ def _delta_dom(a: Objectives, b: Objectives) -> np.ndarray:
     return np.where(d_imp > 0, d_imp, 1.0) * np.where(d_div > 0, d_div, 1.0)
 
 
-def acceptance(cur: Objectives, prop: Objectives, arc: Objectives, temperature: float, rng) -> tuple:
+def acceptance(
+    cur: Objectives, prop: Objectives, arc: Objectives, temperature: float, rng: np.random.Generator
+) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
     """AMOSA's decision for every chain (module docstring), on normalised objectives.
 
     ``cur`` and ``prop`` are (importance, diversity) arrays of shape (P,), ``arc`` those of
