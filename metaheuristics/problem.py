@@ -70,6 +70,7 @@ def layer_counts(masks: np.ndarray) -> np.ndarray:
 def histogram_std(counts: np.ndarray) -> np.ndarray:
     """Population std of each row of an integer (P, L) count array, via the exact integer
     numerator L * sum(n^2) - (sum n)^2."""
+    counts = np.asarray(counts, dtype=np.int64)
     n_layers = counts.shape[-1]
     total = counts.sum(axis=-1)
     numerator = n_layers * (counts * counts).sum(axis=-1) - total * total
