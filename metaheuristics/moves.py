@@ -19,15 +19,15 @@ def take_smallest(keys: np.ndarray, budgets: np.ndarray) -> np.ndarray:
     are redone with a stable sort, so ties go to the lower layer index and every row has
     exactly budgets[i] ones.
     """
-    head = np.partition(keys, int(budgets.max()) - 1, axis=-1)[..., : int(budgets.max())]
+    k_max = int(budgets.max())
+    head = np.partition(keys, k_max - 1, axis=-1)[..., :k_max]
     head.sort(axis=-1)
-    kth = np.broadcast_to((budgets - 1)[:, None], (*keys.shape[:-1], 1))
-    masks = keys <= np.take_along_axis(head, kth, axis=-1)
-    ks = np.broadcast_to(budgets, keys.shape[:-1])
-    tied = masks.sum(axis=-1) != ks
+    masks = keys <= head[..., np.arange(len(budgets)), budgets - 1][..., None]
+    tied = np.count_nonzero(masks, axis=-1) != budgets
     if tied.any():
+        ks = np.broadcast_to(budgets, tied.shape)[tied]
         ranks = np.argsort(np.argsort(keys[tied], axis=-1, kind="stable"), axis=-1)
-        masks[tied] = ranks < ks[tied][:, None]
+        masks[tied] = ranks < ks[:, None]
     return masks
 
 
