@@ -1,5 +1,6 @@
-"""optimize(): budgets, reproducibility, fronts, exact front on an enumerable instance,
-hypervolume against random, and bad input."""
+"""optimize(): budgets, reproducibility, fronts, exact fronts on enumerable instances (NSGA-II
+on equal-ish budgets, every optimiser on unequal ones), hypervolume against random, and bad
+input."""
 
 from __future__ import annotations
 
