@@ -63,7 +63,7 @@ def build(
     """One colony: (P, N, L) ants; ``attraction`` is tau^alpha (N, L), positive, ``lam`` (P,).
 
     Each round draws its clients' k_i layers without replacement with probability
-    proportional to w = attraction * eta^beta by exponential keys (moves.sample_subsets),
+    proportional to w = attraction * eta^beta by exponential keys (as moves.sample_subsets),
     compared in log space, log E - log w, so no weight under- or overflows.
     """
     n_ants = lam.shape[0]
