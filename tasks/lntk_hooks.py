@@ -1,0 +1,214 @@
+"""LNTK Gram matrices from ONE batched forward + backward pass, without per-sample autograd.
+
+For a linear map y_t = W x_t (+ b) applied at positions t (tokens, or pixels of a convolution) of
+sample i, the gradient of any scalar fᵢ of sample i alone is gᵢ = Σₜ δᵢₜ xᵢₜᵀ (bias: Σₜ δᵢₜ), with
+δᵢₜ = ∂fᵢ/∂yᵢₜ. So the rows of Jˡ (paper Eq. 8) for the LoRA matrices of a layer follow from the
+module inputs x (forward hooks) and output gradients δ of a single backward pass of Σᵢ fᵢ, as long
+as samples do not interact in the batch (eval mode: no batch-norm statistics, no dropout). LoRA's
+h = W₀x + s·B(A x) needs no special case: A and B are `nn.Linear` / `nn.Conv2d` modules of their
+own, and autograd hands each its own δ (for A: s·Bᵀδ, the chain rule). Θˡ = Σ_modules ⟨gᵢ, gⱼ⟩ is
+then computed per module by whichever of two exact forms is cheaper:
+
+* rows: form gᵢ (n × out·in, small for LoRA's rank-r factors) and take G Gᵀ;
+* kernel: ⟨gᵢ, gⱼ⟩ = Σₜ Σₜ' (δᵢₜ·δⱼₜ')(xᵢₜ·xⱼₜ') from two n·T × n·T inner-product matrices, never
+  forming gᵢ (cheap when n·T is smaller than the weight).
+
+A convolution with groups = 1 is the same linear map on unfolded patches (`F.unfold`; a 1×1
+stride-1 convolution on its pixels directly). `hook_sites` returns None when a scored parameter is
+not the weight or bias of a plain `nn.Linear` / groups = 1 zero-padded `nn.Conv2d` (e.g.
+adapter="layer": LayerNorm, depthwise convolutions); `hooked_grams` raises `NotHookable` when a
+module's input is not batch-first or a parameter is also used outside its module's forward (the
+guard: Σᵢ gᵢ of every parameter must equal autograd's gradient of the summed first quantity from
+the same backward pass). In both cases tasks.lntk takes the per-sample-gradient path
+(`torch.func.vmap`).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from dataclasses import dataclass, field
+
+import torch
+import torch.nn.functional as F
+from torch import nn
+
+Batch = dict[str, torch.Tensor]
+GUARD_RTOL = 1e-3  # Σᵢ gᵢ vs autograd's gradient of Σᵢ fᵢ, relative to the larger norm
+
+
+class NotHookable(Exception):
+    """The model's scored parameters cannot be scored from module hooks (see module doc)."""
+
+
+@dataclass
+class _Site:
+    """One module that owns scored parameters, and what its hooks captured."""
+
+    module: nn.Linear | nn.Conv2d
+    params: dict[str, str]  # "weight" / "bias" -> full parameter name
+    inputs: list[torch.Tensor] = field(default_factory=list)  # per call: (n, T, in) patches
+    outputs: list[torch.Tensor] = field(default_factory=list)  # per call: the module's output
+
+
+def hook_sites(model: nn.Module, groups: list[list[str]]) -> list[_Site] | None:
+    """The modules owning the scored parameters, or None if one is not a plain Linear/Conv2d."""
+    modules = dict(model.named_modules())
+    sites: dict[str, _Site] = {}
+    for name in (name for group in groups for name in group):
+        owner, _, kind = name.rpartition(".")
+        module = modules.get(owner)
+        if kind not in ("weight", "bias") or not _plain(module):
+            return None
+        sites.setdefault(owner, _Site(module, {})).params[kind] = name
+    return list(sites.values())
+
+
+def hooked_grams(
+    model: nn.Module,
+    sites: list[_Site],
+    forward: Callable[[], torch.Tensor],
+    per_sample: Callable[[torch.Tensor], list[torch.Tensor]],
+    groups: list[list[str]],
+    n: int,
+) -> list[torch.Tensor]:
+    """Per-group Gram matrices Θ = J Jᵀ (float64) over the rows of `per_sample(forward())`.
+
+    `sites` come from `hook_sites`; `forward()` runs the batch; `per_sample(logits)` returns R
+    scalars, each a sum over samples of one per-sample quantity (R = 1: the loss; R = C: each
+    logit), so row i·R + r of J is the gradient of quantity r of sample i, as in the
+    per-sample-gradient path."""
+    for site in sites:
+        site.inputs.clear()
+        site.outputs.clear()
+    named = dict(model.named_parameters())
+    scored = {name: named[name] for group in groups for name in group}
+    flags = {name: p.requires_grad for name, p in scored.items()}
+    handles = [site.module.register_forward_hook(_capture(site, n)) for site in sites]
+    try:
+        for p in scored.values():
+            p.requires_grad_(True)
+        with torch.enable_grad():
+            outputs = per_sample(forward())
+            calls = [out for site in sites for out in site.outputs]
+            deltas, sums = [], {}
+            for r, value in enumerate(outputs):
+                wrt = calls + (list(scored.values()) if r == 0 else [])
+                grads = torch.autograd.grad(value, wrt, retain_graph=r + 1 < len(outputs), allow_unused=True)
+                deltas.append(grads[: len(calls)])
+                if r == 0:
+                    sums = dict(zip(scored, grads[len(calls) :], strict=True))
+    finally:
+        for handle in handles:
+            handle.remove()
+        for name, p in scored.items():
+            p.requires_grad_(flags[name])
+    parts: dict[str, _Part] = {}
+    offset = 0
+    for site in sites:
+        count = len(site.outputs)
+        x, delta = _site_tensors(site, [d[offset : offset + count] for d in deltas], n)
+        offset += count
+        for kind, name in site.params.items():
+            parts[name] = _param_part(kind, x, delta)
+    return [_group_gram(group, parts, sums, n * len(outputs)) for group in groups]
+
+def _plain(module: nn.Module | None) -> bool:
+    if type(module) is nn.Linear:
+        return True
+    return (
+        type(module) is nn.Conv2d
+        and module.groups == 1
+        and module.padding_mode == "zeros"
+        and (module.padding != "same" or module.kernel_size == (1, 1))
+    )
+
+
+def _capture(site: _Site, n: int) -> Callable[..., None]:
+    def hook(module: nn.Module, args: tuple, output: torch.Tensor) -> None:
+        x = args[0] if args else None
+        if not isinstance(x, torch.Tensor) or x.shape[0] != n or output.shape[0] != n:
+            raise NotHookable(f"{type(module).__name__} input is not batch-first with {n} samples")
+        site.inputs.append(_patches(module, x.detach()))
+        site.outputs.append(output)
+
+    return hook
+
+
+def _patches(module: nn.Module, x: torch.Tensor) -> torch.Tensor:
+    """(n, T, in): the rows a Linear / Conv2d multiplies by its (flattened) weight."""
+    if isinstance(module, nn.Linear):
+        return x.reshape(x.shape[0], -1, x.shape[-1])
+    if module.kernel_size == (1, 1) and module.stride == (1, 1):
+        return x.flatten(2).transpose(1, 2)
+    padding = 0 if module.padding == "valid" else module.padding
+    cols = F.unfold(x, module.kernel_size, module.dilation, padding, module.stride)
+    return cols.transpose(1, 2)
+
+
+def _site_tensors(
+    site: _Site, deltas: list[tuple[torch.Tensor | None, ...]], n: int
+) -> tuple[torch.Tensor, torch.Tensor]:
+    """Inputs (n, T, in) and output gradients (n, R, T, out), all calls of the module along T."""
+    x = site.inputs[0] if len(site.inputs) == 1 else torch.cat(site.inputs, 1)
+    per_output = []
+    for calls in deltas:
+        parts = []
+        for out, d in zip(site.outputs, calls, strict=True):
+            d = torch.zeros_like(out) if d is None else d
+            parts.append(d.flatten(2).transpose(1, 2) if d.dim() == 4 else d.reshape(n, -1, d.shape[-1]))
+        per_output.append(parts[0] if len(parts) == 1 else torch.cat(parts, 1))
+    return x, per_output[0].unsqueeze(1) if len(per_output) == 1 else torch.stack(per_output, 1)
+
+
+@dataclass
+class _Part:
+    """One parameter's share of Θ: its per-sample gradients, or its kernel-form Gram matrix."""
+
+    total: torch.Tensor  # Σᵢ gᵢ₀ (p,) float64, for the guard
+    rows: torch.Tensor | None  # (n, R, p): gᵢᵣ flattened; None when the kernel form was cheaper
+    gram: torch.Tensor | None = None  # kernel form: (n·R, n·R) float64
+
+
+def _param_part(kind: str, x: torch.Tensor, delta: torch.Tensor) -> _Part:
+    """gᵢᵣ = Σₜ δᵢᵣₜ xᵢₜᵀ (weight) or Σₜ δᵢᵣₜ (bias), or, for a weight where it is cheaper, the
+    kernel form ⟨gᵢᵣ, gⱼᵣ'⟩ = Σₜ Σₜ' (δᵢᵣₜ·δⱼᵣ'ₜ')(xᵢₜ·xⱼₜ') (module doc)."""
+    n, r, t, out = delta.shape
+    width = x.shape[-1]
+    rows_cost = n * r * t * width * out + (n * r) ** 2 * width * out
+    kernel_cost = (n * r * t) ** 2 * out + (n * t) ** 2 * width + (n * r * t) ** 2
+    if kind == "bias" or rows_cost <= kernel_cost:
+        rows = delta.sum(2) if kind == "bias" else torch.einsum("nrto,nti->nroi", delta, x).reshape(n, r, -1)
+        return _Part(rows[:, 0].sum(0).to(torch.float64), rows)
+    x64, delta64 = x.to(torch.float64), delta.to(torch.float64)
+    k_x = torch.einsum("nti,msi->nmts", x64, x64)  # (n, n, T, T)
+    k_d = torch.einsum("arto,bqso->arbqts", delta64, delta64)  # (n, R, n, R, T, T)
+    gram = torch.einsum("arbqts,abts->arbq", k_d, k_x).reshape(n * r, n * r)
+    return _Part(torch.einsum("nto,nti->oi", delta64[:, 0], x64).reshape(-1), None, gram)
+
+
+def _group_gram(
+    names: list[str], parts: dict[str, _Part], grads: dict[str, torch.Tensor | None], size: int
+) -> torch.Tensor:
+    """Θ of one layer (float64): J Jᵀ over the stacked per-sample rows plus the kernel-form parts,
+    after the guard (Σᵢ gᵢ₀ against autograd's gradient of the summed first quantity)."""
+    if names:
+        total = torch.cat([parts[name].total for name in names])
+        expected = torch.cat([
+            torch.zeros_like(parts[name].total) if grads[name] is None
+            else grads[name].reshape(-1).to(torch.float64)
+            for name in names
+        ])
+        _check_sum(names, total, expected)
+    rows = [parts[name].rows for name in names if parts[name].rows is not None]
+    gram = torch.zeros(size, size, dtype=torch.float64)
+    if rows:
+        jac = (rows[0] if len(rows) == 1 else torch.cat(rows, 2)).reshape(size, -1).to(torch.float64)
+        gram = jac @ jac.T
+    return sum((parts[name].gram for name in names if parts[name].rows is None), gram)
+
+
+def _check_sum(names: list[str], total: torch.Tensor, expected: torch.Tensor) -> None:
+    """Σᵢ gᵢ must equal autograd's gradient of the summed quantity (module doc: the guard)."""
+    scale = max(float(total.norm()), float(expected.norm()))
+    if float((total - expected).norm()) > GUARD_RTOL * scale:
+        raise NotHookable(f"a parameter of {', '.join(names)} is also used outside its module's forward")
