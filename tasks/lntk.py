@@ -140,10 +140,10 @@ def _hooked(
     """Θˡ from one batched pass (tasks/lntk_hooks.py): rows are per-sample losses or logits."""
     n = labels.shape[0]
 
-    def per_sample(logits: torch.Tensor) -> list[torch.Tensor]:
-        if mode == "loss":
-            return [sum(model.loss(logits[i : i + 1], labels[i : i + 1]) for i in range(n))]
-        return [logits[:, c].sum() for c in range(logits.shape[1])]
+    def per_sample(logits: torch.Tensor) -> torch.Tensor:
+        if mode == "logit":
+            return logits
+        return torch.stack([model.loss(logits[i : i + 1], labels[i : i + 1]) for i in range(n)])[:, None]
 
     return hooked_grams(model, sites, lambda: model.forward_embedded(emb), per_sample, groups, n)
 

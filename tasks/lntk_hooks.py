@@ -73,10 +73,11 @@ def hooked_grams(
 ) -> list[torch.Tensor]:
     """Per-group Gram matrices Θ = J Jᵀ (float64) over the rows of `per_sample(forward())`.
 
-    `sites` come from `hook_sites`; `forward()` runs the batch; `per_sample(logits)` returns R
-    scalars, each a sum over samples of one per-sample quantity (R = 1: the loss; R = C: each
-    logit), so row i·R + r of J is the gradient of quantity r of sample i, as in the
-    per-sample-gradient path."""
+    `sites` come from `hook_sites`; `forward()` runs the batch; `per_sample(logits)` returns an
+    (n, R) matrix of per-sample quantities (R = 1: each sample's loss; R = C: its logits), row
+    i·R + r of J is the gradient of quantity r of sample i, as in the per-sample-gradient path.
+    One backward pass of the summed column (R = 1), or one pass batched over the R columns
+    (`is_grads_batched`, R > 1)."""
     for site in sites:
         site.inputs.clear()
         site.outputs.clear()
@@ -88,29 +89,38 @@ def hooked_grams(
         for p in scored.values():
             p.requires_grad_(True)
         with torch.enable_grad():
-            outputs = per_sample(forward())
+            values = per_sample(forward())
             calls = [out for site in sites for out in site.outputs]
-            deltas, sums = [], {}
-            for r, value in enumerate(outputs):
-                wrt = calls + (list(scored.values()) if r == 0 else [])
-                grads = torch.autograd.grad(value, wrt, retain_graph=r + 1 < len(outputs), allow_unused=True)
-                deltas.append(grads[: len(calls)])
-                if r == 0:
-                    sums = dict(zip(scored, grads[len(calls) :], strict=True))
+            grads = _backward(values, calls + list(scored.values()))
     finally:
         for handle in handles:
             handle.remove()
         for name, p in scored.items():
             p.requires_grad_(flags[name])
+    sums = {name: None if g is None else g[0] for name, g in zip(scored, grads[len(calls) :], strict=True)}
     parts: dict[str, _Part] = {}
     offset = 0
     for site in sites:
         count = len(site.outputs)
-        x, delta = _site_tensors(site, [d[offset : offset + count] for d in deltas], n)
+        x, delta = _site_tensors(site, grads[offset : offset + count], n)
         offset += count
         for kind, name in site.params.items():
             parts[name] = _param_part(kind, x, delta)
-    return [_group_gram(group, parts, sums, n * len(outputs)) for group in groups]
+    return [_group_gram(group, parts, sums, values.numel()) for group in groups]
+
+
+def _backward(values: torch.Tensor, wrt: list[torch.Tensor]) -> tuple[torch.Tensor | None, ...]:
+    """Gradients of Σᵢ values[i, r] w.r.t. `wrt`, each with a leading axis over r."""
+    n, r = values.shape
+    if r == 1:
+        grads = torch.autograd.grad(values, wrt, torch.ones_like(values), allow_unused=True)
+        return tuple(None if g is None else g.unsqueeze(0) for g in grads)
+    basis = torch.eye(r, dtype=values.dtype, device=values.device).unsqueeze(1).expand(r, n, r)
+    try:
+        return torch.autograd.grad(values, wrt, basis, is_grads_batched=True, allow_unused=True)
+    except RuntimeError as err:  # a batching rule that vmap lacks
+        raise NotHookable(f"batched backward failed: {str(err).splitlines()[0][:120]}") from err
+
 
 def _plain(module: nn.Module | None) -> bool:
     if type(module) is nn.Linear:
@@ -146,18 +156,18 @@ def _patches(module: nn.Module, x: torch.Tensor) -> torch.Tensor:
 
 
 def _site_tensors(
-    site: _Site, deltas: list[tuple[torch.Tensor | None, ...]], n: int
+    site: _Site, grads: tuple[torch.Tensor | None, ...], n: int
 ) -> tuple[torch.Tensor, torch.Tensor]:
-    """Inputs (n, T, in) and output gradients (n, R, T, out), all calls of the module along T."""
+    """Inputs (n, T, in) and output gradients (n, R, T, out), all calls of the module along T.
+    `grads` holds, per call, the (R, *output shape) gradient of the call's output (or None)."""
     x = site.inputs[0] if len(site.inputs) == 1 else torch.cat(site.inputs, 1)
-    per_output = []
-    for calls in deltas:
-        parts = []
-        for out, d in zip(site.outputs, calls, strict=True):
-            d = torch.zeros_like(out) if d is None else d
-            parts.append(d.flatten(2).transpose(1, 2) if d.dim() == 4 else d.reshape(n, -1, d.shape[-1]))
-        per_output.append(parts[0] if len(parts) == 1 else torch.cat(parts, 1))
-    return x, per_output[0].unsqueeze(1) if len(per_output) == 1 else torch.stack(per_output, 1)
+    parts = []
+    for out, d in zip(site.outputs, grads, strict=True):
+        d = torch.zeros_like(out).unsqueeze(0) if d is None else d
+        d = d.flatten(3).transpose(2, 3) if d.dim() == 5 else d.reshape(d.shape[0], n, -1, d.shape[-1])
+        parts.append(d)  # (R, n, T, out)
+    delta = parts[0] if len(parts) == 1 else torch.cat(parts, 2)
+    return x, delta.transpose(0, 1)
 
 
 @dataclass
