@@ -18,8 +18,8 @@ stride-1 convolution on its pixels directly). `hook_sites` returns None when a s
 not the weight or bias of a plain `nn.Linear` / groups = 1 zero-padded `nn.Conv2d` (e.g.
 adapter="layer": LayerNorm, depthwise convolutions); `hooked_grams` raises `NotHookable` when a
 module's input is not batch-first or a parameter is also used outside its module's forward (the
-guard: Σᵢ gᵢ of every parameter must equal autograd's gradient of the summed first quantity from
-the same backward pass). In both cases tasks.lntk takes the per-sample-gradient path
+guard: in the autograd graph of the forward pass, each scored parameter must have exactly one
+consumer per call of its module). In both cases tasks.lntk takes the per-sample-gradient path
 (`torch.func.vmap`).
 """
 
@@ -33,7 +33,6 @@ import torch.nn.functional as F
 from torch import nn
 
 Batch = dict[str, torch.Tensor]
-GUARD_RTOL = 1e-3  # Σᵢ gᵢ vs autograd's gradient of Σᵢ fᵢ, relative to the larger norm
 
 
 class NotHookable(Exception):
@@ -90,14 +89,14 @@ def hooked_grams(
             p.requires_grad_(True)
         with torch.enable_grad():
             values = per_sample(forward())
+            _check_uses(values, sites, scored)
             calls = [out for site in sites for out in site.outputs]
-            grads = _backward(values, calls + list(scored.values()))
+            grads = _backward(values, calls)
     finally:
         for handle in handles:
             handle.remove()
         for name, p in scored.items():
             p.requires_grad_(flags[name])
-    sums = {name: None if g is None else g[0] for name, g in zip(scored, grads[len(calls) :], strict=True)}
     parts: dict[str, _Part] = {}
     offset = 0
     for site in sites:
@@ -106,7 +105,7 @@ def hooked_grams(
         offset += count
         for kind, name in site.params.items():
             parts[name] = _param_part(kind, x, delta)
-    return [_group_gram(group, parts, sums, values.numel()) for group in groups]
+    return [_group_gram(group, parts, values.numel()) for group in groups]
 
 
 def _backward(values: torch.Tensor, wrt: list[torch.Tensor]) -> tuple[torch.Tensor | None, ...]:
@@ -120,6 +119,28 @@ def _backward(values: torch.Tensor, wrt: list[torch.Tensor]) -> tuple[torch.Tens
         return torch.autograd.grad(values, wrt, basis, is_grads_batched=True, allow_unused=True)
     except RuntimeError as err:  # a batching rule that vmap lacks
         raise NotHookable(f"batched backward failed: {str(err).splitlines()[0][:120]}") from err
+
+
+def _check_uses(values: torch.Tensor, sites: list[_Site], scored: dict[str, torch.Tensor]) -> None:
+    """The guard: walk the autograd graph of `values` once and count the consumers of every scored
+    parameter; a plain Linear / Conv2d call consumes its weight and bias once each, so any other
+    count means the parameter is also used outside its module's forward."""
+    names = {id(p): name for name, p in scored.items()}
+    uses = dict.fromkeys(scored, 0)
+    seen, stack = set(), [values.grad_fn]
+    while stack:
+        for node, _ in stack.pop().next_functions:
+            leaf = getattr(node, "variable", None)  # AccumulateGrad: a leaf tensor
+            if leaf is not None:
+                if id(leaf) in names:
+                    uses[names[id(leaf)]] += 1
+            elif node is not None and node not in seen:
+                seen.add(node)
+                stack.append(node)
+    for site in sites:
+        for name in site.params.values():
+            if uses[name] != len(site.outputs):
+                raise NotHookable(f"{name} is also used outside its module's forward")
 
 
 def _plain(module: nn.Module | None) -> bool:
@@ -174,7 +195,6 @@ def _site_tensors(
 class _Part:
     """One parameter's share of Θ: its per-sample gradients, or its kernel-form Gram matrix."""
 
-    total: torch.Tensor  # Σᵢ gᵢ₀ (p,) float64, for the guard
     rows: torch.Tensor | None  # (n, R, p): gᵢᵣ flattened; None when the kernel form was cheaper
     gram: torch.Tensor | None = None  # kernel form: (n·R, n·R) float64
 
@@ -183,42 +203,24 @@ def _param_part(kind: str, x: torch.Tensor, delta: torch.Tensor) -> _Part:
     """gᵢᵣ = Σₜ δᵢᵣₜ xᵢₜᵀ (weight) or Σₜ δᵢᵣₜ (bias), or, for a weight where it is cheaper, the
     kernel form ⟨gᵢᵣ, gⱼᵣ'⟩ = Σₜ Σₜ' (δᵢᵣₜ·δⱼᵣ'ₜ')(xᵢₜ·xⱼₜ') (module doc)."""
     n, r, t, out = delta.shape
+    if kind == "bias":
+        return _Part(delta.sum(2))
     width = x.shape[-1]
     rows_cost = n * r * t * width * out + (n * r) ** 2 * width * out
     kernel_cost = (n * r * t) ** 2 * out + (n * t) ** 2 * width + (n * r * t) ** 2
-    if kind == "bias" or rows_cost <= kernel_cost:
-        rows = delta.sum(2) if kind == "bias" else torch.einsum("nrto,nti->nroi", delta, x).reshape(n, r, -1)
-        return _Part(rows[:, 0].sum(0).to(torch.float64), rows)
+    if rows_cost <= kernel_cost:
+        return _Part(torch.einsum("nrto,nti->nroi", delta, x).reshape(n, r, -1))
     x64, delta64 = x.to(torch.float64), delta.to(torch.float64)
     k_x = torch.einsum("nti,msi->nmts", x64, x64)  # (n, n, T, T)
     k_d = torch.einsum("arto,bqso->arbqts", delta64, delta64)  # (n, R, n, R, T, T)
-    gram = torch.einsum("arbqts,abts->arbq", k_d, k_x).reshape(n * r, n * r)
-    return _Part(torch.einsum("nto,nti->oi", delta64[:, 0], x64).reshape(-1), None, gram)
+    return _Part(None, torch.einsum("arbqts,abts->arbq", k_d, k_x).reshape(n * r, n * r))
 
 
-def _group_gram(
-    names: list[str], parts: dict[str, _Part], grads: dict[str, torch.Tensor | None], size: int
-) -> torch.Tensor:
-    """Θ of one layer (float64): J Jᵀ over the stacked per-sample rows plus the kernel-form parts,
-    after the guard (Σᵢ gᵢ₀ against autograd's gradient of the summed first quantity)."""
-    if names:
-        total = torch.cat([parts[name].total for name in names])
-        expected = torch.cat([
-            torch.zeros_like(parts[name].total) if grads[name] is None
-            else grads[name].reshape(-1).to(torch.float64)
-            for name in names
-        ])
-        _check_sum(names, total, expected)
+def _group_gram(names: list[str], parts: dict[str, _Part], size: int) -> torch.Tensor:
+    """Θ of one layer (float64): J Jᵀ over its stacked per-sample rows plus its kernel-form parts."""
     rows = [parts[name].rows for name in names if parts[name].rows is not None]
     gram = torch.zeros(size, size, dtype=torch.float64)
     if rows:
         jac = (rows[0] if len(rows) == 1 else torch.cat(rows, 2)).reshape(size, -1).to(torch.float64)
         gram = jac @ jac.T
     return sum((parts[name].gram for name in names if parts[name].rows is None), gram)
-
-
-def _check_sum(names: list[str], total: torch.Tensor, expected: torch.Tensor) -> None:
-    """Σᵢ gᵢ must equal autograd's gradient of the summed quantity (module doc: the guard)."""
-    scale = max(float(total.norm()), float(expected.norm()))
-    if float((total - expected).norm()) > GUARD_RTOL * scale:
-        raise NotHookable(f"a parameter of {', '.join(names)} is also used outside its module's forward")
