@@ -32,8 +32,6 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 
-Batch = dict[str, torch.Tensor]
-
 
 class NotHookable(Exception):
     """The model's scored parameters cannot be scored from module hooks (see module doc)."""
@@ -66,7 +64,7 @@ def hooked_grams(
     model: nn.Module,
     sites: list[_Site],
     forward: Callable[[], torch.Tensor],
-    per_sample: Callable[[torch.Tensor], list[torch.Tensor]],
+    per_sample: Callable[[torch.Tensor], torch.Tensor],
     groups: list[list[str]],
     n: int,
 ) -> list[torch.Tensor]:
@@ -89,9 +87,11 @@ def hooked_grams(
             p.requires_grad_(True)
         with torch.enable_grad():
             values = per_sample(forward())
-            _check_uses(values, sites, scored)
             calls = [out for site in sites for out in site.outputs]
-            grads = _backward(values, calls)
+            grads: tuple[torch.Tensor | None, ...] = (None,) * len(calls)
+            if values.grad_fn is not None:  # else no scored parameter reaches the outputs
+                _check_uses(values, sites, scored)
+                grads = _backward(values, calls) if calls else ()
     finally:
         for handle in handles:
             handle.remove()

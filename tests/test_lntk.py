@@ -238,6 +238,17 @@ def test_hooked_grams_refuse_what_they_cannot_score(misuse, message):
     assert not any(m._forward_hooks for m in model.modules()), "hooks removed"
 
 
+@pytest.mark.parametrize("others_trainable", [True, False])
+def test_hooked_grams_of_a_module_the_forward_never_calls_are_zero(others_trainable):
+    model = Toy().double().requires_grad_(others_trainable)
+    model.spare = nn.Linear(4, 4).double()
+    groups = [["spare.weight", "spare.bias"]]
+    x = torch.randn(3, 3, 8, 8, dtype=torch.float64)
+    grams = lntk_hooks.hooked_grams(model, lntk_hooks.hook_sites(model, groups), lambda: model(x),
+                                    lambda logits: logits, groups, 3)
+    torch.testing.assert_close(grams[0], torch.zeros(9, 9, dtype=torch.float64))
+
+
 def test_hook_sites_need_plain_linear_or_conv():
     model = Toy()
     assert lntk_hooks.hook_sites(model, TOY_GROUPS) is not None
