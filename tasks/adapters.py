@@ -60,12 +60,12 @@ def apply_adapter(model: FederatedVLM, adapter: str, lora_rank: int = 8) -> None
 def layer_parameter_names(model: FederatedVLM, layer: int) -> list[str]:
     """Names of the trainable unit of selectable layer `layer` (LoRA A/B, or the layer's weights)."""
     _check_layer(model, layer)
-    prefixes = model.layer_prefixes[layer]
     lora = model.adapter == "lora"
     return [
         name
-        for name, _ in model.named_parameters()
-        if is_under(name, prefixes) and (("lora_" in name) == lora)
+        for prefix in model.layer_prefixes[layer]
+        for name, _ in model.get_submodule(prefix).named_parameters(prefix=prefix)
+        if ("lora_" in name) == lora
     ]
 
 

@@ -2,6 +2,7 @@
 F3OCUS's overhead is 151.4 s vs 137.5 s per round, i.e. ~10%).
 
     python -m tasks.bench --model minilm-effnet --dataset easy-vqa --json
+    python -m tasks.bench --repeat 5      # 5 fresh processes: median, min and max of each figure
 
 The scoring batch, local steps, batch size and learning rates default to the app's own run config
 (`[tool.flwr.app.config]` in pyproject.toml), so "one local round" is the round a client really
@@ -11,7 +12,11 @@ timing, one forward pass warms up the kernels (both timings then measure steady 
 lntk_s, train_round_s, overhead = lntk_s / train_round_s, samples_per_s (training), peak_rss_mb
 (whole process), and, because wall time on a shared machine depends on the other processes, the
 same in process CPU seconds (lntk_cpu_s, train_round_cpu_s, overhead_cpu) and the 1-minute load
-average.
+average at the start and at the end of the run.
+
+`--repeat N` runs the benchmark N times, each in a fresh Python process (so every run pays the
+first-call costs a client pays, none is warmed by an earlier one), one after the other, and prints
+each run's figures and then the median, min and max of every numeric figure.
 """
 
 from __future__ import annotations
@@ -20,6 +25,7 @@ import argparse
 import json
 import os
 import resource
+import subprocess
 import sys
 import time
 import tomllib
@@ -61,6 +67,7 @@ def run(
     rank_check: bool = False,
     rank_reference: int = 64,
 ) -> dict[str, float]:
+    load_start = os.getloadavg()[0]
     part = load_partition(dataset, partition, 5, "by-question-type", seed=seed)
     model = build_model(model_name, len(part.labels), task=part.task, seed=seed)
     with torch.no_grad():  # warm-up
@@ -95,6 +102,7 @@ def run(
         "samples_per_s": round(steps * batch_size / train_s, 2),
         "peak_rss_mb": round(peak_rss_mb, 1),
         "torch_threads": torch.get_num_threads(),
+        "load_avg_1m_start": round(load_start, 2),
         "load_avg_1m": round(load, 2),
         **extra,
     }
@@ -127,11 +135,43 @@ def rank_agreement(
     }
 
 
+def summarize(runs: list[dict]) -> dict[str, dict[str, float]]:
+    """Median, min and max over the runs of every numeric figure (in the runs' key order)."""
+    keys = [k for k, v in runs[0].items() if isinstance(v, (int, float)) and not isinstance(v, bool)]
+    values = {k: np.array([run[k] for run in runs], dtype=float) for k in keys}
+    return {
+        stat: {k: round(float(fn(v)), 4) for k, v in values.items()}
+        for stat, fn in (("median", np.median), ("min", np.min), ("max", np.max))
+    }
+
+
+def run_fresh(argv: list[str]) -> dict:
+    """One benchmark run in a fresh Python process (the repository root on its path)."""
+    root = str(PYPROJECT.parent)
+    env = {**os.environ, "PYTHONPATH": os.pathsep.join(filter(None, [root, os.environ.get("PYTHONPATH")]))}
+    done = subprocess.run([sys.executable, "-m", "tasks.bench", *argv, "--json"], capture_output=True,
+                          text=True, env=env, check=False)
+    if done.returncode != 0:
+        raise RuntimeError(f"benchmark run failed ({done.returncode}): {done.stderr.strip()[-2000:]}")
+    return json.loads(done.stdout.strip().splitlines()[-1])
+
+
 def _positive(text: str) -> int:
     value = int(text)
     if value < 1:
         raise argparse.ArgumentTypeError(f"{value} is not >= 1")
     return value
+
+
+def child_argv(args: argparse.Namespace) -> list[str]:
+    """The command line of one of `--repeat`'s runs: the same settings, run once."""
+    argv = []
+    for key in ("model", "dataset", "scoring_batch", "steps", "batch_size", "budget", "seed",
+                "partition", "rank_reference", "threads"):
+        value = getattr(args, key)
+        if value is not None:
+            argv += [f"--{key.replace('_', '-')}", str(value)]
+    return argv + (["--rank-check"] if args.rank_check else [])
 
 
 def main(argv: list[str] | None = None) -> None:
@@ -149,8 +189,25 @@ def main(argv: list[str] | None = None) -> None:
     parser.add_argument("--rank-reference", type=_positive, default=64,
                         help="samples in the --rank-check reference batch (at least 2 scoring batches)")
     parser.add_argument("--threads", type=int, default=None, help="torch threads (default: torch's)")
+    parser.add_argument("--repeat", type=_positive, default=1,
+                        help="runs, each in a fresh process; prints median, min and max of each figure")
     parser.add_argument("--json", action="store_true", help="print one JSON line")
     args = parser.parse_args(argv)
+    if args.repeat > 1:
+        runs = []
+        for _ in range(args.repeat):
+            runs.append(run_fresh(child_argv(args)))
+            if not args.json:
+                print(json.dumps(runs[-1]), flush=True)
+        summary = summarize(runs)
+        if args.json:
+            print(json.dumps({"repeat": args.repeat, "runs": runs, **summary}))
+        else:
+            print(f"{'figure':>18} {'median':>10} {'min':>10} {'max':>10}")
+            for key in summary["median"]:
+                print(f"{key:>18} " + " ".join(f"{summary[s][key]:>10g}" for s in ("median", "min", "max")))
+        sys.stdout.flush()
+        return
     if args.threads is not None:
         torch.set_num_threads(args.threads)
     result = run(

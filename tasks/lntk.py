@@ -4,11 +4,18 @@ For selectable layer l with trainable unit θˡ (LoRA A/B, or the layer's weight
 Θˡ = Jˡ Jˡᵀ (Eq. 8) and Sˡ = λ₁ˡ / Σ_k λ₁ᵏ (§4.1, "client-specific layer importance score").
 
 Modes:
-* "loss" (default): row i of Jˡ is the gradient of sample i's loss w.r.t. θˡ (n × p). All layers
-  come from one `torch.func.vmap(grad(...))` pass over `functional_call` (per-sample gradients);
-  Θˡ is the n × n Gram matrix, accumulated in float64 — never a p × p matrix.
-* "logit": rows are the per-sample Jacobians of all C logits (`vmap(jacrev(...))`), Θˡ is nC × nC:
-  the NTK of Eq. 8 literally; costs C backward passes, for small models.
+* "loss" (default): row i of Jˡ is the gradient of sample i's loss w.r.t. θˡ (n × p); Θˡ is the
+  n × n Gram matrix, in float64 — never a p × p matrix.
+* "logit": rows are the per-sample Jacobians of all C logits, Θˡ is nC × nC: the NTK of Eq. 8
+  literally; costs C backward passes.
+
+How Θˡ is computed (both exact, same Θˡ up to rounding):
+* hooks (used whenever every scored parameter is the weight/bias of a plain nn.Linear or
+  groups = 1 nn.Conv2d, i.e. LoRA's A and B): one batched forward + backward of the summed
+  per-sample losses (or of each summed logit), Θˡ from the captured module inputs and output
+  gradients without per-sample autograd (tasks/lntk_hooks.py);
+* per-sample gradients otherwise (adapter="layer", or when the hook guard trips): one
+  `torch.func.vmap(grad(...))` (`vmap(jacrev(...))` for "logit") pass over `functional_call`.
 * "paper": supplement Algorithm 1 as printed, for comparison. One backward pass of the batch-mean
   loss gives ∇θ; the printed double loop over samples b and classes i adds (param.grad)² n·C times
   without recomputing it, i.e. G = n·C·(∇θ)²; each parameter tensor is flattened to rows
@@ -22,7 +29,9 @@ Modes:
 The model is scored in eval mode (no dropout) and restored to its previous mode afterwards.
 λ₁ is `torch.linalg.eigvalsh` (float64) up to LANCZOS_ABOVE rows, else Lanczos
 (`scipy.sparse.linalg.eigsh`, k=1), as in the supplement's timing note (Table 7).
-If vmap cannot trace a model (e.g. a Hugging Face forward with data-dependent mask checks), the
+If the hooks cannot be used at run time (a module input that is not batch-first, a parameter also
+used outside its module), the per-sample-gradient path runs instead, with a RuntimeWarning. If vmap
+cannot trace a model (e.g. a Hugging Face forward with data-dependent mask checks), the
 per-sample gradients come from a loop of n backward passes instead, with a RuntimeWarning saying so.
 """
 
@@ -41,6 +50,7 @@ from torch import nn
 from torch.func import functional_call, grad, jacrev, vmap
 
 from tasks.adapters import layer_parameter_names
+from tasks.lntk_hooks import NotHookable, hook_sites, hooked_grams
 from tasks.models.base import FederatedVLM
 
 if TYPE_CHECKING:
@@ -78,7 +88,8 @@ def layer_scores(model: FederatedVLM, samples: Sequence[Sample], mode: str = "lo
             grams = _grams(model, batch, groups, mode)
             eigenvalues = np.array([principal_eigenvalue(g) for g in grams])
     finally:
-        model.train(was_training)
+        if was_training:
+            model.train()
     total = eigenvalues.sum()
     n = len(eigenvalues)
     scores = eigenvalues / total if total > 0 else np.full(n, 1.0 / n)
@@ -105,10 +116,42 @@ class _Tail(nn.Module):
 
 
 def _grams(model: FederatedVLM, batch: Batch, groups: list[list[str]], mode: str) -> list[torch.Tensor]:
-    """Per-layer Gram matrices J Jᵀ (float64) from per-sample gradients / Jacobians."""
+    """Per-layer Gram matrices J Jᵀ (float64): from hooks where possible, else per-sample gradients."""
     labels = batch.pop("labels")
     with torch.no_grad():
         emb = model.embed(batch)
+    sites = hook_sites(model, groups)
+    if sites is not None:
+        try:
+            return _hooked(model, sites, emb, labels, groups, mode)
+        except NotHookable as err:
+            warnings.warn(
+                f"LNTK hooks cannot score {type(model).__name__} ({err}); "
+                "falling back to per-sample gradients",
+                RuntimeWarning,
+                stacklevel=3,
+            )
+    return per_sample_grams(model, emb, labels, groups, mode)
+
+
+def _hooked(
+    model: FederatedVLM, sites: list, emb: Batch, labels: torch.Tensor, groups: list[list[str]], mode: str
+) -> list[torch.Tensor]:
+    """Θˡ from one batched pass (tasks/lntk_hooks.py): rows are per-sample losses or logits."""
+    n = labels.shape[0]
+
+    def per_sample(logits: torch.Tensor) -> torch.Tensor:
+        if mode == "logit":
+            return logits
+        return torch.stack([model.loss(logits[i : i + 1], labels[i : i + 1]) for i in range(n)])[:, None]
+
+    return hooked_grams(model, sites, lambda: model.forward_embedded(emb), per_sample, groups, n)
+
+
+def per_sample_grams(
+    model: FederatedVLM, emb: Batch, labels: torch.Tensor, groups: list[list[str]], mode: str
+) -> list[torch.Tensor]:
+    """Per-layer Gram matrices J Jᵀ (float64) from per-sample gradients / Jacobians (vmap)."""
     tail = _Tail(model)
     named = dict(model.named_parameters())
     params = {f"model.{n}": named[n].detach() for group in groups for n in group}
@@ -126,7 +169,7 @@ def _grams(model: FederatedVLM, batch: Batch, groups: list[list[str]], mode: str
             f"vmap cannot trace {type(model).__name__} ({str(err).splitlines()[0][:120]}); "
             "LNTK falls back to a loop of per-sample backward passes",
             RuntimeWarning,
-            stacklevel=3,
+            stacklevel=4,
         )
         jac = _looped(per_sample, params, emb, labels, mode)
     n = labels.shape[0]

@@ -2,10 +2,12 @@
 
 import json
 
+import numpy as np
 import pytest
 
 from settings import default_config
-from tasks import bench
+from tasks import bench, build_model, load_partition
+from tasks.lntk import LayerScores
 
 
 def test_bench_defaults_are_the_apps_run_config():
@@ -33,7 +35,60 @@ def test_bench_rank_check_reports_agreement(capsys):
     assert 0.0 <= result["topk_overlap_mean"] <= 1.0
 
 
-@pytest.mark.parametrize("flag", ["--budget", "--steps", "--scoring-batch", "--batch-size"])
+def test_rank_check_of_identical_batches_is_perfect():
+    """Copies of one sample: every batch's Θˡ is a multiple of the reference's, so the normalised
+    scores, their ranks and their top-k are the reference's (ρ = 1, overlap = 1)."""
+    part = load_partition("synthetic", 0, 1, "iid", max_train=4, max_test=1)
+    model = build_model("tiny-vilt", len(part.labels), task=part.task)
+    result = bench.rank_agreement(model, [part.train[0]] * 24, 4, 2, reference=8)
+    assert result == {"rank_rho_mean": 1.0, "rank_rho_min": 1.0, "topk_overlap_mean": 1.0}
+
+
+def test_rank_check_of_planted_orders(monkeypatch):
+    """Reference order 0 > 1 > 2 > 3; batch 0 agrees, batches 1-3 reverse it: ρ = 1, -1, -1, -1
+    and top-2 overlap 1, 0, 0, 0."""
+    reference = np.array([0.4, 0.3, 0.2, 0.1])
+    samples = list(range(24))
+
+    def planted(model, batch):
+        order = reference if batch[0] in (0, samples[-8]) else reference[::-1]
+        return LayerScores(order, order, 0.0)
+
+    monkeypatch.setattr(bench, "layer_scores", planted)
+    result = bench.rank_agreement(None, samples, 4, 2, reference=8)
+    assert result == {"rank_rho_mean": -0.5, "rank_rho_min": -1.0, "topk_overlap_mean": 0.25}
+
+
+def test_bench_repeat_runs_fresh_processes_and_summarises(monkeypatch, capsys):
+    calls = []
+    figures = iter([(0.5, 10.0), (0.2, 5.0), (0.3, 6.0)])
+
+    def fake_run(argv):
+        calls.append(argv)
+        lntk, train = next(figures)
+        return {"model": "tiny-vilt", "lntk_s": lntk, "train_round_s": train, "overhead": lntk / train}
+
+    monkeypatch.setattr(bench, "run_fresh", fake_run)
+    bench.main(["--model", "tiny-vilt", "--steps", "3", "--repeat", "3", "--rank-check", "--json"])
+    out = json.loads(capsys.readouterr().out)
+    assert len(calls) == 3 and calls[0] == calls[2]
+    assert calls[0][:2] == ["--model", "tiny-vilt"] and "--rank-check" in calls[0]
+    assert "--repeat" not in calls[0] and calls[0][calls[0].index("--steps") + 1] == "3"
+    assert out["repeat"] == 3 and len(out["runs"]) == 3
+    assert out["median"] == {"lntk_s": 0.3, "train_round_s": 6.0, "overhead": 0.05}
+    assert out["min"] == {"lntk_s": 0.2, "train_round_s": 5.0, "overhead": 0.04}
+    assert out["max"] == {"lntk_s": 0.5, "train_round_s": 10.0, "overhead": 0.05}
+
+
+def test_bench_repeat_prints_a_table(monkeypatch, capsys):
+    values = iter([0.06, 0.04])
+    monkeypatch.setattr(bench, "run_fresh", lambda argv: {"model": "m", "overhead": next(values)})
+    bench.main(["--repeat", "2"])
+    lines = capsys.readouterr().out.splitlines()
+    assert lines[-1].split() == ["overhead", "0.05", "0.04", "0.06"]
+
+
+@pytest.mark.parametrize("flag", ["--budget", "--steps", "--scoring-batch", "--batch-size", "--repeat"])
 def test_bench_rejects_non_positive_settings(flag, capsys):
     with pytest.raises(SystemExit):
         bench.main([flag, "0"])
