@@ -146,7 +146,7 @@ def _hooked(
             return logits
         return torch.stack([model.loss(logits[i : i + 1], labels[i : i + 1]) for i in range(n)])[:, None]
 
-    return hooked_grams(model, sites, lambda: model.forward_embedded(emb), per_sample, groups, n)
+    return hooked_grams(sites, lambda: model.forward_embedded(emb), per_sample, groups, n)
 
 
 def per_sample_grams(

@@ -51,11 +51,13 @@ class _Site:
 
 def hook_sites(model: nn.Module, groups: list[list[str]]) -> list[_Site] | None:
     """The modules owning the scored parameters, or None if one is not a plain Linear/Conv2d."""
-    modules = dict(model.named_modules())
     sites: dict[str, _Site] = {}
     for name in (name for group in groups for name in group):
         owner, _, kind = name.rpartition(".")
-        module = modules.get(owner)
+        try:
+            module = model.get_submodule(owner)
+        except AttributeError:
+            return None
         if kind not in ("weight", "bias") or not _plain(module):
             return None
         sites.setdefault(owner, _Site(module, {})).params[kind] = name
@@ -63,7 +65,6 @@ def hook_sites(model: nn.Module, groups: list[list[str]]) -> list[_Site] | None:
 
 
 def hooked_grams(
-    model: nn.Module,
     sites: list[_Site],
     forward: Callable[[], torch.Tensor],
     per_sample: Callable[[torch.Tensor], torch.Tensor],
@@ -81,8 +82,7 @@ def hooked_grams(
         site.inputs.clear()
         site.outputs.clear()
         site.shapes.clear()
-    named = dict(model.named_parameters())
-    scored = {name: named[name] for group in groups for name in group}
+    scored = {name: getattr(site.module, kind) for site in sites for kind, name in site.params.items()}
     flags = {name: p.requires_grad for name, p in scored.items()}
     handles = [site.module.register_forward_hook(_capture(site, n)) for site in sites]
     try:
