@@ -7,15 +7,7 @@ Modes:
 * "loss" (default): row i of Jˡ is the gradient of sample i's loss w.r.t. θˡ (n × p); Θˡ is the
   n × n Gram matrix, in float64 — never a p × p matrix.
 * "logit": rows are the per-sample Jacobians of all C logits, Θˡ is nC × nC: the NTK of Eq. 8
-  literally; costs C backward passes.
-
-How Θˡ is computed (both exact, same Θˡ up to rounding):
-* hooks (used whenever every scored parameter is the weight/bias of a plain nn.Linear or
-  groups = 1 nn.Conv2d, i.e. LoRA's A and B): one batched forward + backward of the summed
-  per-sample losses (or of each summed logit), Θˡ from the captured module inputs and output
-  gradients without per-sample autograd (tasks/lntk_hooks.py);
-* per-sample gradients otherwise (adapter="layer", or when the hook guard trips): one
-  `torch.func.vmap(grad(...))` (`vmap(jacrev(...))` for "logit") pass over `functional_call`.
+  literally; costs C backward passes (batched into one).
 * "paper": supplement Algorithm 1 as printed, for comparison. One backward pass of the batch-mean
   loss gives ∇θ; the printed double loop over samples b and classes i adds (param.grad)² n·C times
   without recomputing it, i.e. G = n·C·(∇θ)²; each parameter tensor is flattened to rows
@@ -25,6 +17,15 @@ How Θˡ is computed (both exact, same Θˡ up to rounding):
   Algorithm 1 scores parameter tensors, not layers; here a layer's value is the sum of its
   tensors' λ₁ (Eq. 9 sums NTKs over a layer's parameters, and λ₁ is subadditive). λ₁ of J Jᵀ is
   taken from the smaller of J Jᵀ and Jᵀ J (same non-zero spectrum).
+
+How Θˡ is computed in modes "loss" and "logit" (both exact, same Θˡ up to rounding):
+* hooks (used whenever every scored parameter is the weight/bias of a plain nn.Linear or
+  groups = 1 nn.Conv2d, i.e. LoRA's A and B): one batched forward and one backward of the summed
+  per-sample losses (for "logit": batched over the C summed logits), Θˡ from the captured module
+  inputs and output gradients without per-sample autograd (tasks/lntk_hooks.py). Exact because
+  samples do not interact in the batch in eval mode (BatchNorm uses its running statistics);
+* per-sample gradients otherwise (adapter="layer", or when the hook guard trips): one
+  `torch.func.vmap(grad(...))` (`vmap(jacrev(...))` for "logit") pass over `functional_call`.
 
 The model is scored in eval mode (no dropout) and restored to its previous mode afterwards.
 λ₁ is `torch.linalg.eigvalsh` (float64) up to LANCZOS_ABOVE rows, else Lanczos
@@ -145,7 +146,7 @@ def _hooked(
             return logits
         return torch.stack([model.loss(logits[i : i + 1], labels[i : i + 1]) for i in range(n)])[:, None]
 
-    return hooked_grams(model, sites, lambda: model.forward_embedded(emb), per_sample, groups, n)
+    return hooked_grams(sites, lambda: model.forward_embedded(emb), per_sample, groups, n)
 
 
 def per_sample_grams(

@@ -31,6 +31,7 @@ from dataclasses import dataclass, field
 import torch
 import torch.nn.functional as F
 from torch import nn
+from torch.autograd.graph import GradientEdge, get_gradient_edge
 
 
 class NotHookable(Exception):
@@ -44,16 +45,19 @@ class _Site:
     module: nn.Linear | nn.Conv2d
     params: dict[str, str]  # "weight" / "bias" -> full parameter name
     inputs: list[torch.Tensor] = field(default_factory=list)  # per call: (n, T, in) patches
-    outputs: list[torch.Tensor] = field(default_factory=list)  # per call: the module's output
+    outputs: list[GradientEdge] = field(default_factory=list)  # per call: where its output's δ arrives
+    shapes: list[torch.Size] = field(default_factory=list)  # per call: the output's shape
 
 
 def hook_sites(model: nn.Module, groups: list[list[str]]) -> list[_Site] | None:
     """The modules owning the scored parameters, or None if one is not a plain Linear/Conv2d."""
-    modules = dict(model.named_modules())
     sites: dict[str, _Site] = {}
     for name in (name for group in groups for name in group):
         owner, _, kind = name.rpartition(".")
-        module = modules.get(owner)
+        try:
+            module = model.get_submodule(owner)
+        except AttributeError:
+            return None
         if kind not in ("weight", "bias") or not _plain(module):
             return None
         sites.setdefault(owner, _Site(module, {})).params[kind] = name
@@ -61,7 +65,6 @@ def hook_sites(model: nn.Module, groups: list[list[str]]) -> list[_Site] | None:
 
 
 def hooked_grams(
-    model: nn.Module,
     sites: list[_Site],
     forward: Callable[[], torch.Tensor],
     per_sample: Callable[[torch.Tensor], torch.Tensor],
@@ -78,8 +81,8 @@ def hooked_grams(
     for site in sites:
         site.inputs.clear()
         site.outputs.clear()
-    named = dict(model.named_parameters())
-    scored = {name: named[name] for group in groups for name in group}
+        site.shapes.clear()
+    scored = {name: getattr(site.module, kind) for site in sites for kind, name in site.params.items()}
     flags = {name: p.requires_grad for name, p in scored.items()}
     handles = [site.module.register_forward_hook(_capture(site, n)) for site in sites]
     try:
@@ -99,16 +102,16 @@ def hooked_grams(
             p.requires_grad_(flags[name])
     parts: dict[str, _Part] = {}
     offset = 0
-    for site in sites:
+    for site in (site for site in sites if site.outputs):  # a module never called adds nothing
         count = len(site.outputs)
-        x, delta = _site_tensors(site, grads[offset : offset + count], n)
+        x, delta = _site_tensors(site, grads[offset : offset + count], n, values.shape[1])
         offset += count
         for kind, name in site.params.items():
             parts[name] = _param_part(kind, x, delta)
     return [_group_gram(group, parts, values.numel()) for group in groups]
 
 
-def _backward(values: torch.Tensor, wrt: list[torch.Tensor]) -> tuple[torch.Tensor | None, ...]:
+def _backward(values: torch.Tensor, wrt: list[GradientEdge]) -> tuple[torch.Tensor | None, ...]:
     """Gradients of Σᵢ values[i, r] w.r.t. `wrt`, each with a leading axis over r."""
     n, r = values.shape
     if r == 1:
@@ -160,7 +163,8 @@ def _capture(site: _Site, n: int) -> Callable[..., None]:
         if not isinstance(x, torch.Tensor) or x.shape[0] != n or output.shape[0] != n:
             raise NotHookable(f"{type(module).__name__} input is not batch-first with {n} samples")
         site.inputs.append(_patches(module, x.detach()))
-        site.outputs.append(output)
+        site.outputs.append(get_gradient_edge(output))  # not the output: it is freed as usual
+        site.shapes.append(output.shape)
 
     return hook
 
@@ -177,14 +181,14 @@ def _patches(module: nn.Module, x: torch.Tensor) -> torch.Tensor:
 
 
 def _site_tensors(
-    site: _Site, grads: tuple[torch.Tensor | None, ...], n: int
+    site: _Site, grads: tuple[torch.Tensor | None, ...], n: int, r: int
 ) -> tuple[torch.Tensor, torch.Tensor]:
     """Inputs (n, T, in) and output gradients (n, R, T, out), all calls of the module along T.
     `grads` holds, per call, the (R, *output shape) gradient of the call's output (or None)."""
     x = site.inputs[0] if len(site.inputs) == 1 else torch.cat(site.inputs, 1)
     parts = []
-    for out, d in zip(site.outputs, grads, strict=True):
-        d = torch.zeros_like(out).unsqueeze(0) if d is None else d
+    for shape, d in zip(site.shapes, grads, strict=True):
+        d = torch.zeros(r, *shape, dtype=x.dtype, device=x.device) if d is None else d
         d = d.flatten(3).transpose(2, 3) if d.dim() == 5 else d.reshape(d.shape[0], n, -1, d.shape[-1])
         parts.append(d)  # (R, n, T, out)
     delta = parts[0] if len(parts) == 1 else torch.cat(parts, 2)
@@ -217,10 +221,12 @@ def _param_part(kind: str, x: torch.Tensor, delta: torch.Tensor) -> _Part:
 
 
 def _group_gram(names: list[str], parts: dict[str, _Part], size: int) -> torch.Tensor:
-    """Θ of one layer (float64): J Jᵀ over its stacked per-sample rows plus its kernel-form parts."""
-    rows = [parts[name].rows for name in names if parts[name].rows is not None]
+    """Θ of one layer (float64): J Jᵀ over its stacked per-sample rows plus its kernel-form parts
+    (parameters of modules the forward never called have no part: their gradient is zero)."""
+    mine = [parts[name] for name in names if name in parts]
+    rows = [part.rows for part in mine if part.rows is not None]
     gram = torch.zeros(size, size, dtype=torch.float64)
     if rows:
         jac = (rows[0] if len(rows) == 1 else torch.cat(rows, 2)).reshape(size, -1).to(torch.float64)
         gram = jac @ jac.T
-    return sum((parts[name].gram for name in names if parts[name].rows is None), gram)
+    return sum((part.gram for part in mine if part.rows is None), gram)

@@ -207,7 +207,7 @@ def toy_hooked(model, x, y, mode):
         return F.cross_entropy(logits, y, reduction="none")[:, None] if mode == "loss" else logits
 
     sites = lntk_hooks.hook_sites(model, TOY_GROUPS)
-    return lntk_hooks.hooked_grams(model, sites, lambda: model(x), per_sample, TOY_GROUPS, len(y))
+    return lntk_hooks.hooked_grams(sites, lambda: model(x), per_sample, TOY_GROUPS, len(y))
 
 
 @pytest.mark.parametrize("mode", ["loss", "logit"])
@@ -244,7 +244,7 @@ def test_hooked_grams_of_a_module_the_forward_never_calls_are_zero(others_traina
     model.spare = nn.Linear(4, 4).double()
     groups = [["spare.weight", "spare.bias"]]
     x = torch.randn(3, 3, 8, 8, dtype=torch.float64)
-    grams = lntk_hooks.hooked_grams(model, lntk_hooks.hook_sites(model, groups), lambda: model(x),
+    grams = lntk_hooks.hooked_grams(lntk_hooks.hook_sites(model, groups), lambda: model(x),
                                     lambda logits: logits, groups, 3)
     torch.testing.assert_close(grams[0], torch.zeros(9, 9, dtype=torch.float64))
 
@@ -255,6 +255,7 @@ def test_hook_sites_need_plain_linear_or_conv():
     model.conv.groups = 2
     assert lntk_hooks.hook_sites(model, TOY_GROUPS) is None
     assert lntk_hooks.hook_sites(nn.Sequential(nn.LayerNorm(4)), [["0.weight"]]) is None
+    assert lntk_hooks.hook_sites(model, [["missing.weight"]]) is None
 
 
 def test_lanczos_matches_eigvalsh():
