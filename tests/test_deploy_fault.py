@@ -37,6 +37,13 @@ def test_killed_node_is_recorded_the_run_completes_and_the_restarted_node_rejoin
         while victim_id in federation.online_nodes():  # the SuperLink notices the missing heartbeats
             assert time.monotonic() < deadline, "the SuperLink never marked the killed node offline"
             time.sleep(2)
+        # The SuperLink turns the lost message into a "Node Unavailable" reply only when the
+        # ServerApp next pulls while the node is offline: restart it only after the server has seen
+        # that reply, or the message waits for the round timeout instead.
+        run_log = federation.log_path("flwr-run")
+        while f"from node {victim_id} rejected" not in (run_log.read_text() if run_log.exists() else ""):
+            assert time.monotonic() < deadline and runner.is_alive(), "the server never saw the failure"
+            time.sleep(1)
         federation.start_supernode(victim)  # same key, so the same node id; same state-dir
     except BaseException:
         federation.stop("flwr-run")
