@@ -205,6 +205,19 @@ def test_client_alignment_recovers_a_planted_permutation_of_the_global_adapter(v
         np.testing.assert_array_equal(aligned[key], value, err_msg=key)
 
 
+def test_the_default_models_conv_adapters_are_aligned_by_activation_too():
+    """minilm-effnet's EfficientNet LoRA modules are Conv2d (A: r × c × k × k, B: c' × r × 1 × 1)."""
+    partition = tasks.load_partition("synthetic", 0, 1, seed=0, max_train=8)
+    model = tasks.build_model("minilm-effnet", len(partition.labels), seed=0)
+    received = random_adapters(model, 9)
+    local = permuted(received, 10)
+    assert any(v.ndim == 4 for v in received.values())
+    tasks.set_layer_state(model, received)
+    aligned = client_pia.align_global(model, received, local, partition.train[:8])
+    for key, value in local.items():
+        np.testing.assert_array_equal(aligned[key], value, err_msg=key)
+
+
 def test_activation_supports_are_one_mean_activation_per_neuron_and_sample(vilt):
     model, samples = vilt
     state = random_adapters(model, 6)
