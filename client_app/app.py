@@ -13,6 +13,7 @@ from flwr.app import Context, Message, MetricRecord, RecordDict
 from flwr.clientapp import ClientApp
 
 import tasks
+from client_app import pia as client_pia
 from client_app.personal import save_personal
 from client_app.replies import check_mask, error_replies
 from client_app.runtime import client_setup, load_global, reported_budget, resolve_budget
@@ -60,29 +61,37 @@ def lntk(msg: Message, context: Context) -> Message:
 @app.train()
 def train(msg: Message, context: Context) -> Message:
     """Train only the assigned layers (+ own head); send back only those layers' adapters (none
-    at all with ``strategy = "none"``: an empty mask, only the head trains)."""
+    at all with ``strategy = "none"``: an empty mask, only the head trains). With FedPIA's
+    client-level PIA (`client_app.pia`) the assigned layers train as local + aligned global
+    adapters and the upload is their integration."""
     setup = client_setup(context)
     config = msg.content["config"]
     server_round = int(config["server-round"])
     layers = check_mask(config["mask"], len(setup.model.layer_names), reported_budget(setup, context),
                         heads_only=setup.config.strategy == HEADS_ONLY)
-    load_global(setup, context, from_record(msg.content["arrays"]), str(config["run-dir"]),
-                before=server_round)
+    received = from_record(msg.content["arrays"])
+    load_global(setup, context, received, str(config["run-dir"]), before=server_round)
+    pia = client_pia.prepare(setup, context, received, layers, str(config["run-dir"]), server_round)
     mask = np.zeros(len(setup.model.layer_names), dtype=bool)
     mask[layers] = True
-    metrics = tasks.train(
-        setup.model, setup.partition.train, mask,
-        steps=int(config["local-steps"]), batch_size=int(config["batch-size"]),
-        lr=float(config["lr"]), head_lr=float(config["head-lr"]),
-        weight_decay=float(config["weight-decay"]),
-        seed=setup.config.seed * 1_000_003 + server_round * 1_009
-        + setup.partition_id,
-        device=setup.device,
-    )
-    save_personal(context, tasks.get_personal_state(setup.model), server_round, str(config["run-dir"]))
+    with client_pia.combined(pia, setup):
+        metrics = tasks.train(
+            setup.model, setup.partition.train, mask,
+            steps=int(config["local-steps"]), batch_size=int(config["batch-size"]),
+            lr=float(config["lr"]), head_lr=float(config["head-lr"]),
+            weight_decay=float(config["weight-decay"]),
+            seed=setup.config.seed * 1_000_003 + server_round * 1_009
+            + setup.partition_id,
+            device=setup.device,
+        )
+    upload, local = tasks.get_layer_state(setup.model, layers), None
+    if pia is not None:
+        upload, local = pia.finish(upload)
+    save_personal(context, tasks.get_personal_state(setup.model), server_round, str(config["run-dir"]),
+                  local=local)
     reply = {**metrics, "num-examples": len(setup.partition.train),
              "partition-id": setup.partition_id}
-    arrays = to_record(tasks.get_layer_state(setup.model, layers))
+    arrays = to_record(upload)
     return Message(RecordDict({"arrays": arrays, "metrics": MetricRecord(reply)}), reply_to=msg)
 
 

@@ -14,6 +14,9 @@ newest up to r. A run killed after a client trained round r but before the serve
 therefore repeats round r from the round r-1 head, exactly as the first time, instead of training
 an already-trained head again. Writes go to a temporary file first and are then renamed, so a crash
 never leaves a torn file.
+
+The same file may carry the client's own LoRA adapters (FedPIA's client-level PIA, `client_app.pia`)
+under keys prefixed ``LOCAL``: `load_personal` leaves them out, `load_local_adapters` returns them.
 """
 
 from __future__ import annotations
@@ -31,6 +34,7 @@ from strategies.records import from_record, to_record
 
 PREFIX = "personal-"
 KEEP = 2  # the head being repeated after a crash (round r-1) and the one it replaces (round r)
+LOCAL = "local-adapter/"  # key prefix of the client's own adapters in a stored state
 _NAME = re.compile(rf"{PREFIX}(\d+)(?:\.safetensors)?")  # a file name, or a context.state key
 
 
@@ -52,6 +56,18 @@ def _stored(context: Context, folder: Path | None) -> dict[int, str]:
 
 def load_personal(context: Context, run_dir: str = "", *, before: int) -> dict[str, np.ndarray] | None:
     """The newest stored personal state written in a round < `before`, or None if there is none."""
+    stored = _load(context, run_dir, before)
+    return None if stored is None else {k: v for k, v in stored.items() if not k.startswith(LOCAL)}
+
+
+def load_local_adapters(context: Context, run_dir: str = "", *, before: int) -> dict[str, np.ndarray]:
+    """The client's own adapters stored with the newest personal state of a round < `before`
+    ({} if none), keyed as the shared state."""
+    stored = _load(context, run_dir, before) or {}
+    return {k.removeprefix(LOCAL): v for k, v in stored.items() if k.startswith(LOCAL)}
+
+
+def _load(context: Context, run_dir: str, before: int) -> dict[str, np.ndarray] | None:
     folder = _state_dir(context, run_dir)
     stored = {r: name for r, name in _stored(context, folder).items() if r < before}
     if not stored:
@@ -61,10 +77,13 @@ def load_personal(context: Context, run_dir: str = "", *, before: int) -> dict[s
 
 
 def save_personal(
-    context: Context, state: dict[str, np.ndarray], server_round: int, run_dir: str = ""
+    context: Context, state: dict[str, np.ndarray], server_round: int, run_dir: str = "",
+    local: dict[str, np.ndarray] | None = None,
 ) -> None:
-    """Store the personal state trained in `server_round`; drop later rounds' (a repeated round
-    supersedes them) and all but the newest KEEP of the rest."""
+    """Store the personal state trained in `server_round` (and the client's own adapters `local`,
+    if given); drop later rounds' (a repeated round supersedes them) and all but the newest KEEP of
+    the rest."""
+    state = {**state, **{f"{LOCAL}{k}": v for k, v in (local or {}).items()}}
     folder = _state_dir(context, run_dir)
     if folder is None:
         context.state[f"{PREFIX}{server_round}"] = to_record(state)

@@ -5,6 +5,7 @@ from __future__ import annotations
 import os
 import time
 from dataclasses import dataclass, field
+from functools import partial, update_wrapper
 from logging import ERROR, INFO
 from pathlib import Path
 
@@ -15,7 +16,7 @@ from flwr.supercore import log
 import tasks
 from server_app.results import Recorder, load_checkpoint
 from settings import ConfigError, RunConfig, check_budgets, check_model_here
-from strategies import AGGREGATIONS, SELECTIONS, LayerSelectionStrategy, make_rule
+from strategies import AGGREGATIONS, SELECTIONS, Aggregator, LayerSelectionStrategy, make_rule
 from strategies.records import State, to_record
 
 app = ServerApp()
@@ -83,6 +84,17 @@ def plan_run(config: RunConfig) -> RunPlan:
     return RunPlan(layer_names, initial, run_dir)
 
 
+def aggregator_for(config: RunConfig) -> Aggregator:
+    """The run's aggregator, with its own settings bound (FedPIA: γ, integration form, and server
+    alignment off at ``fedpia-level = "client"``)."""
+    aggregator = AGGREGATIONS[config.aggregation]
+    if config.aggregation != "fedpia":
+        return aggregator
+    bound = partial(aggregator, gamma=config.fedpia_gamma, integration=config.fedpia_integration,
+                    align=config.fedpia_level != "client")
+    return update_wrapper(bound, aggregator)
+
+
 def build_strategy(config: RunConfig, num_layers: int, recorder: Recorder) -> LayerSelectionStrategy:
     """The one round of every run (`strategies.layer_selection`) with its two axes from the run
     config: the selection rule of ``strategy`` (`strategies.selection.SELECTIONS`) and the
@@ -93,7 +105,7 @@ def build_strategy(config: RunConfig, num_layers: int, recorder: Recorder) -> La
                       "pick": config.optimizer_pick})
     return LayerSelectionStrategy(
         rule, num_layers,
-        aggregator=AGGREGATIONS[config.aggregation],
+        aggregator=aggregator_for(config),
         train_config={"local-steps": config.local_steps, "batch-size": config.batch_size,
                       "head-lr": config.head_lr, "weight-decay": config.weight_decay},
         score_config={"score-mode": config.score_mode, "score-batch-size": config.score_batch_size},

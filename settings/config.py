@@ -24,13 +24,16 @@ from tasks.data.partition import parse_partitioner
 
 PROJECT_ROOT = Path(__file__).resolve().parent.parent
 OPTIMIZERS = tuple(a for a in ALGORITHMS if a not in ("topk", "random", "last"))
-AGGREGATIONS = ("masked-fedavg",)
+AGGREGATIONS = ("masked-fedavg", "fedpia")
 """Names of `strategies.aggregation.AGGREGATIONS`, kept here so that settings (read by both apps)
 need not import the server's strategies; tests/test_selection_registry.py keeps the two equal."""
 HEADS_ONLY = "none"
 """The strategy that trains no adapter (only the clients' heads): its train masks are empty."""
 CHOICES = {
     "aggregation": AGGREGATIONS,
+    "fedpia-integration": ("normalised", "paper"),
+    "fedpia-level": ("both", "server", "client"),
+    "fedpia-client-cost": ("activation", "weight"),
     "optimizer": OPTIMIZERS,
     "optimizer-pick": ("weighted", "knee"),
     "adapter": ("lora", "layer"),
@@ -44,7 +47,7 @@ BOUNDS = {
     "score-batch-size": (1, None), "min-nodes": (1, None), "lr": (0.0, None),
     "head-lr": (0.0, None), "weight-decay": (0.0, None), "warmup-fraction": (0.0, 1.0),
     "fraction-train": (0.0, 1.0), "fraction-evaluate": (0.0, 1.0), "round-timeout": (0.0, None),
-    "seed": (0, None),
+    "seed": (0, None), "fedpia-gamma": (0.0, None), "fedpia-samples": (1, None),
 }
 DEVICES = ("auto", "cpu", "cuda", "cuda:<i>", "mps")
 _DEVICE = re.compile(r"auto|cpu|mps|cuda(:\d+)?")
@@ -88,6 +91,11 @@ class RunConfig:
     num_server_rounds: int
     strategy: str
     aggregation: str
+    fedpia_gamma: float
+    fedpia_integration: str
+    fedpia_level: str
+    fedpia_client_cost: str
+    fedpia_samples: int
     optimizer: str
     optimizer_pop_size: int
     optimizer_generations: int

@@ -38,9 +38,9 @@ def test_every_registered_strategy_is_a_valid_run_config_value_and_builds_its_ru
 def test_unknown_strategy_and_aggregation_are_one_line_errors_naming_them():
     with pytest.raises(ValueError, match=r"^strategy = 'fedsgd' is unknown; choose one of f3ocus, "):
         make_rule("fedsgd")
-    with pytest.raises(ConfigError, match=r"^aggregation = 'fedpia' is unknown; choose one of "
-                                          r"masked-fedavg$"):
-        RunConfig.from_mapping({**default_config(), "aggregation": "fedpia"})
+    with pytest.raises(ConfigError, match=r"^aggregation = 'fedprox' is unknown; choose one of "
+                                          r"masked-fedavg, fedpia$"):
+        RunConfig.from_mapping({**default_config(), "aggregation": "fedprox"})
 
 
 @pytest.mark.parametrize(("name", "algorithm"), [("lntk", "topk"), ("random", "random"),

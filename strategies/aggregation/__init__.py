@@ -6,13 +6,17 @@ alignment, FedMosaic's SIMA) is one new module plus one line here and in
 `settings.config.AGGREGATIONS`, the names the run config accepts (a test keeps the two equal).
 
 - ``masked-fedavg`` (`masked_fedavg`): each layer averaged over the clients that trained it.
+- ``fedpia`` (`fedpia`): FedPIA's server-level PIA, each LoRA adapter's neurons permuted onto the
+  clients' FedAvg by optimal transport before a distance-weighted integration; its settings
+  (``fedpia-*``) are bound by `server_app.app.aggregator_for`.
 """
 
 from __future__ import annotations
 
+from strategies.aggregation.fedpia import fedpia
 from strategies.aggregation.masked_fedavg import masked_fedavg
 from strategies.aggregation.types import Aggregate, Aggregator, ClientUpdate
 
-AGGREGATIONS: dict[str, Aggregator] = {"masked-fedavg": masked_fedavg}
+AGGREGATIONS: dict[str, Aggregator] = {"masked-fedavg": masked_fedavg, "fedpia": fedpia}
 
-__all__ = ["AGGREGATIONS", "Aggregate", "Aggregator", "ClientUpdate", "masked_fedavg"]
+__all__ = ["AGGREGATIONS", "Aggregate", "Aggregator", "ClientUpdate", "fedpia", "masked_fedavg"]
