@@ -2,6 +2,9 @@
 
 Each node has its own ``Context`` (node config, persistent state), as on a SuperNode. A handler
 that raises produces an error reply, as Flower's runtime does, so failure paths can be tested.
+`Simulator` stands in for ``run_simulation.simulate`` so that ``run_simulation.main`` (config
+resolution, run directories, sweeps, resume) runs the real ServerApp and ClientApp without Ray's
+startup; the Ray path itself is tested by tests/test_simulation.py and tests/test_resume.py.
 """
 
 from __future__ import annotations
@@ -68,3 +71,36 @@ class InProcessGrid(Grid):
                 replies.append(Message(Error(code=1, reason=f"{type(err).__name__}: {err}"),
                                        reply_to=msg))
         return replies
+
+
+class Simulator:
+    """Stands in for ``run_simulation.simulate``: same arguments, the real ServerApp and ClientApp
+    on one in-process grid per run (kept in ``grids`` for inspection)."""
+
+    def __init__(self) -> None:
+        self.grids: list[InProcessGrid] = []
+
+    def __call__(self, config, num_clients: int, client_cpus: float, client_gpus: float) -> None:
+        from client_app.app import app as client_app
+        from server_app.app import app as server_app
+
+        values = config.to_dict()
+        grid = InProcessGrid(client_app, [{"partition-id": i, "num-partitions": num_clients}
+                                          for i in range(num_clients)], values)
+        self.grids.append(grid)
+        server_app(grid, Context(run_id=1, node_id=0, node_config={}, state=RecordDict(),
+                                 run_config=values))
+
+
+def call_in_process(command: list[str], stdout, stderr=None, cwd=None) -> int:
+    """Stands in for the sweep's ``subprocess.call(["python", "run_simulation.py", ...])``: the
+    same ``run_simulation.main`` in this process, its output to the run's log file."""
+    import contextlib
+    import sys
+
+    import run_simulation
+    from server_app import experiments
+
+    assert command[:2] == [sys.executable, str(experiments.PROJECT_ROOT / "run_simulation.py")]
+    with contextlib.redirect_stdout(stdout), contextlib.redirect_stderr(stdout):
+        return run_simulation.main(command[2:])

@@ -1,8 +1,14 @@
-"""The sweep harness end to end: 2 strategies × 2 seeds × 1 round of tiny-vilt on synthetic data."""
+"""The sweep harness end to end: 2 strategies × 2 seeds × 1 round of tiny-vilt on synthetic data.
+
+``run_simulation.main`` runs as on the command line, except that each run's federation is the
+in-process grid of `tests.inprocess` instead of Ray (four Ray start-ups cost more than the runs;
+Ray's path is tested by tests/test_simulation.py and tests/test_resume.py)."""
 
 from __future__ import annotations
 
+import contextlib
 import csv
+import io
 import json
 import subprocess
 import sys
@@ -10,6 +16,10 @@ from pathlib import Path
 
 import numpy as np
 import pytest
+
+import run_simulation
+from server_app import experiments
+from tests.inprocess import Simulator, call_in_process
 
 ROOT = Path(__file__).resolve().parent.parent
 SETTINGS = """model = "tiny-vilt"
@@ -29,10 +39,16 @@ FIGURES = ("convergence.png", "eigenvalues.png", "layer_ranks.png", "selection_h
 
 
 def sweep(config: Path, *extra: str) -> subprocess.CompletedProcess:
-    return subprocess.run(
-        [sys.executable, "run_simulation.py", "--config", str(config), "--num-clients", "2",
-         "--client-cpus", "1", "--experiment", "exp", *extra],
-        cwd=ROOT, capture_output=True, text=True, timeout=900)
+    """``run_simulation.py --config ... --experiment exp`` in this process, federations in-process."""
+    argv = ["--config", str(config), "--num-clients", "2", "--client-cpus", "1", "--experiment", "exp",
+            *extra]
+    out, err = io.StringIO(), io.StringIO()
+    with pytest.MonkeyPatch.context() as patch, contextlib.redirect_stdout(out), \
+            contextlib.redirect_stderr(err):
+        patch.setattr(run_simulation, "simulate", Simulator())
+        patch.setattr(experiments.subprocess, "call", call_in_process)
+        code = run_simulation.main(argv)
+    return subprocess.CompletedProcess(argv, code, out.getvalue(), err.getvalue())
 
 
 @pytest.fixture(scope="module")
@@ -119,8 +135,6 @@ def test_rerun_skips_finished_runs(experiment):
     (("--seeds", "0"), 'dataset = "mixed:synthetic+nope"\n', "dataset = 'nope' is unknown"),
 ])
 def test_bad_input_fails_before_anything_runs(tmp_path, capsys, extra, config_line, message):
-    import run_simulation
-
     config = tmp_path / "bad.toml"
     key = config_line.split(" =")[0].removesuffix("z")
     kept = [ln for ln in SETTINGS.splitlines(keepends=True) if not key or not ln.startswith(key + " =")]

@@ -9,21 +9,18 @@ the old checkpoint. Tiny model, synthetic data, one local step.
 
 from __future__ import annotations
 
-import contextlib
 import json
-import sys
 from pathlib import Path
 
 import numpy as np
 import pytest
-from flwr.app import Context, MessageType, RecordDict
+from flwr.app import MessageType
 
 import run_simulation
-from client_app.app import app as client_app
 from server_app import experiments, results
-from server_app.app import app as server_app
 from strategies.records import from_record
-from tests.inprocess import InProcessGrid
+from tests.inprocess import InProcessGrid, call_in_process
+from tests.inprocess import Simulator as InProcessSimulator
 
 SETTINGS = {"model": "tiny-vilt", "dataset": "synthetic", "partitioner": "iid", "budgets": "2,1",
             "num-server-rounds": 2, "local-steps": 1, "batch-size": 4, "score-batch-size": 4,
@@ -36,21 +33,13 @@ class Killed(Exception):
     """The run dies here; nothing after it runs (``run_simulation.main`` reports it as a failure)."""
 
 
-class Simulator:
-    """Stands in for ``run_simulation.simulate``: same arguments, in-process grid, one grid per run;
-    ``kill_rounds`` lists rounds whose ``state.json`` write fails, once each."""
+class Simulator(InProcessSimulator):
+    """The in-process simulator; ``kill_rounds`` lists rounds whose ``state.json`` write fails,
+    once each."""
 
     def __init__(self) -> None:
-        self.grids: list[InProcessGrid] = []
+        super().__init__()
         self.kill_rounds: set[int] = set()
-
-    def __call__(self, config, num_clients: int, client_cpus: float, client_gpus: float) -> None:
-        values = config.to_dict()
-        grid = InProcessGrid(client_app, [{"partition-id": i, "num-partitions": num_clients}
-                                          for i in range(num_clients)], values)
-        self.grids.append(grid)
-        server_app(grid, Context(run_id=1, node_id=0, node_config={}, state=RecordDict(),
-                                 run_config=values))
 
 
 @pytest.fixture
@@ -135,12 +124,7 @@ def test_sweep_resumes_its_incomplete_run_skips_the_finished_one_and_restarts_a_
         tmp_path, simulator, monkeypatch):
     """``run_sweep`` as ``run_simulation.py --strategies ...`` calls it; each run is
     ``run_simulation.main`` in this process (the sweep's subprocess call is replaced)."""
-    def call(command: list[str], stdout, stderr=None, cwd=None) -> int:
-        assert command[:2] == [sys.executable, str(experiments.PROJECT_ROOT / "run_simulation.py")]
-        with contextlib.redirect_stdout(stdout), contextlib.redirect_stderr(stdout):
-            return run_simulation.main(command[2:])
-
-    monkeypatch.setattr(experiments.subprocess, "call", call)
+    monkeypatch.setattr(experiments.subprocess, "call", call_in_process)
     base = {**run_simulation.default_config(), **SETTINGS, "results-dir": str(tmp_path)}
     exp = tmp_path / "exp"
     lines: list[str] = []
