@@ -13,6 +13,7 @@ from flwr.app import Context, Message, MetricRecord, RecordDict
 from flwr.clientapp import ClientApp
 
 import tasks
+from client_app.mosaic import others_metrics, sima_tracker, with_vector
 from client_app.personal import save_personal
 from client_app.replies import check_mask, error_replies
 from client_app.runtime import client_setup, load_global, reported_budget, resolve_budget
@@ -66,8 +67,9 @@ def train(msg: Message, context: Context) -> Message:
     server_round = int(config["server-round"])
     layers = check_mask(config["mask"], len(setup.model.layer_names), reported_budget(setup, context),
                         heads_only=setup.config.strategy == HEADS_ONLY)
-    load_global(setup, context, from_record(msg.content["arrays"]), str(config["run-dir"]),
-                before=server_round)
+    stored = load_global(setup, context, from_record(msg.content["arrays"]), str(config["run-dir"]),
+                         before=server_round)
+    tracker = sima_tracker(setup, stored)
     mask = np.zeros(len(setup.model.layer_names), dtype=bool)
     mask[layers] = True
     metrics = tasks.train(
@@ -78,10 +80,13 @@ def train(msg: Message, context: Context) -> Message:
         seed=setup.config.seed * 1_000_003 + server_round * 1_009
         + setup.partition_id,
         device=setup.device,
+        on_batch=tracker,
     )
-    save_personal(context, tasks.get_personal_state(setup.model), server_round, str(config["run-dir"]))
     reply = {**metrics, "num-examples": len(setup.partition.train),
              "partition-id": setup.partition_id}
+    personal = tasks.get_personal_state(setup.model)
+    with_vector(tracker, personal, reply)
+    save_personal(context, personal, server_round, str(config["run-dir"]))
     arrays = to_record(tasks.get_layer_state(setup.model, layers))
     return Message(RecordDict({"arrays": arrays, "metrics": MetricRecord(reply)}), reply_to=msg)
 
@@ -97,6 +102,7 @@ def evaluate(msg: Message, context: Context) -> Message:
                              batch_size=max(64, setup.config.batch_size), device=setup.device)
     metrics["num-examples"] = int(metrics.pop("num_examples"))
     metrics["partition-id"] = setup.partition_id
+    metrics.update(others_metrics(setup))
     if setup.partition.task == "vqa":
         metrics["majority-accuracy"] = tasks.majority_accuracy(setup.partition.test)
     return Message(RecordDict({"metrics": MetricRecord(metrics)}), reply_to=msg)

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import functools
 import os
 import time
 from dataclasses import dataclass, field
@@ -56,7 +57,8 @@ def plan_run(config: RunConfig) -> RunPlan:
     check_model_here(config.model)
     try:
         model = tasks.build_model(config.model, 1, adapter=config.adapter,
-                                  lora_rank=config.lora_rank, seed=config.seed)
+                                  lora_rank=config.lora_rank, seed=config.seed,
+                                  gated=config.aggregation == "sima", num_blocks=config.num_blocks)
     except (ValueError, OSError, KeyError, RuntimeError) as err:
         raise ConfigError(f"model = {config.model!r} cannot be built: {err}") from None
     layer_names = list(model.layer_names)
@@ -91,9 +93,12 @@ def build_strategy(config: RunConfig, num_layers: int, recorder: Recorder) -> La
     rule = make_rule(config.strategy, config.optimizer,
                      {"pop_size": config.optimizer_pop_size, "n_gen": config.optimizer_generations,
                       "pick": config.optimizer_pick})
+    aggregator = AGGREGATIONS[config.aggregation]
+    if config.aggregation == "sima":
+        aggregator = functools.update_wrapper(functools.partial(aggregator, tau=config.sima_tau), aggregator)
     return LayerSelectionStrategy(
         rule, num_layers,
-        aggregator=AGGREGATIONS[config.aggregation],
+        aggregator=aggregator,
         train_config={"local-steps": config.local_steps, "batch-size": config.batch_size,
                       "head-lr": config.head_lr, "weight-decay": config.weight_decay},
         score_config={"score-mode": config.score_mode, "score-batch-size": config.score_batch_size},

@@ -6,13 +6,16 @@ alignment, FedMosaic's SIMA) is one new module plus one line here and in
 `settings.config.AGGREGATIONS`, the names the run config accepts (a test keeps the two equal).
 
 - ``masked-fedavg`` (`masked_fedavg`): each layer averaged over the clients that trained it.
+- ``sima`` (`sima`): FedMosaic's similarity-aware aggregation, one customised global model per
+  client (its keyword ``tau`` is the run config's ``sima-tau``).
 """
 
 from __future__ import annotations
 
 from strategies.aggregation.masked_fedavg import masked_fedavg
+from strategies.aggregation.sima import sima
 from strategies.aggregation.types import Aggregate, Aggregator, ClientUpdate
 
-AGGREGATIONS: dict[str, Aggregator] = {"masked-fedavg": masked_fedavg}
+AGGREGATIONS: dict[str, Aggregator] = {"masked-fedavg": masked_fedavg, "sima": sima}
 
-__all__ = ["AGGREGATIONS", "Aggregate", "Aggregator", "ClientUpdate", "masked_fedavg"]
+__all__ = ["AGGREGATIONS", "Aggregate", "Aggregator", "ClientUpdate", "masked_fedavg", "sima"]
