@@ -22,9 +22,12 @@ means.
 
 from __future__ import annotations
 
+import numpy as np
 import torch
 from torch import nn
 
+from tasks.data.synthetic import load_synthetic
+from tasks.data.types import Sample
 from tasks.mosaic.modules import MosaicLinear
 
 PUBLIC_SEED = 7_919_000
@@ -32,11 +35,13 @@ PUBLIC_SAMPLES = 64
 RIDGE = 1e-4
 
 
-def public_samples(seed: int, count: int = PUBLIC_SAMPLES) -> list:
-    """Generated (image, question) samples no client owns (see the module doc)."""
-    from tasks.data import load_partition
-
-    return load_partition("synthetic", 0, 1, "iid", seed=PUBLIC_SEED + seed, max_train=count).train
+def public_samples(seed: int, count: int = PUBLIC_SAMPLES) -> list[Sample]:
+    """Generated (image, question) samples no client owns (see the module doc): `count` distinct
+    images, each with one of its three questions (shape, colour, yes/no in turn)."""
+    split = load_synthetic(PUBLIC_SEED + seed).train
+    picks = np.arange(count) * 3 + np.arange(count) % 3
+    return [Sample(split.blocks[0][split.rows[j]], split.questions[j], int(split.targets[j]),
+                   str(split.qtypes[j])) for j in picks]
 
 
 def polar(matrix: torch.Tensor) -> torch.Tensor:
@@ -58,7 +63,8 @@ def _capture(model: nn.Module, samples: list) -> dict[str, tuple[torch.Tensor, t
 
     hooks = [m.register_forward_hook(hook) for m in model.modules() if isinstance(m, MosaicLinear)]
     try:
-        with torch.no_grad():
+        with torch.no_grad(), torch.random.fork_rng(devices=[]):
+            torch.manual_seed(PUBLIC_SEED)  # e.g. ViLT samples image patches: the same for both models
             model.eval()
             model(model.collate(samples))
     finally:

@@ -31,9 +31,15 @@ VECTOR_KEY = "sima-grad"
 
 @torch.no_grad()
 def last_layer_gradient(frozen: FederatedVLM, samples: Sequence) -> np.ndarray:
-    """Eq. 3 for one batch: the zero head's gradient (module doc), shape (C · d,), float64."""
+    """Eq. 3 for one batch: the zero head's gradient (module doc), shape (C · d,), float64.
+
+    A function of the batch alone: a model that samples (ViLT's image patches) runs under a fixed
+    seed, and the training RNG is left untouched."""
     batch = frozen.collate(samples)
-    features = frozen.features(frozen.embed(batch)).double().cpu()
+    devices = [frozen.device.index or 0] if frozen.device.type == "cuda" else []
+    with torch.random.fork_rng(devices=devices):
+        torch.manual_seed(0)
+        features = frozen.features(frozen.embed(batch)).double().cpu()
     labels = batch["labels"]
     if frozen.task == "vqa":
         size = (len(samples), frozen.num_outputs)
