@@ -14,6 +14,7 @@ from flwr.clientapp import ClientApp
 
 import tasks
 from client_app import pia as client_pia
+from client_app.mosaic import others_metrics, sima_tracker, with_vector
 from client_app.personal import save_personal
 from client_app.replies import check_mask, error_replies
 from client_app.runtime import client_setup, load_global, reported_budget, resolve_budget
@@ -70,7 +71,8 @@ def train(msg: Message, context: Context) -> Message:
     layers = check_mask(config["mask"], len(setup.model.layer_names), reported_budget(setup, context),
                         heads_only=setup.config.strategy == HEADS_ONLY)
     received = from_record(msg.content["arrays"])
-    load_global(setup, context, received, str(config["run-dir"]), before=server_round)
+    stored = load_global(setup, context, received, str(config["run-dir"]), before=server_round)
+    tracker = sima_tracker(setup, stored)
     pia = client_pia.prepare(setup, context, received, layers, str(config["run-dir"]), server_round)
     mask = np.zeros(len(setup.model.layer_names), dtype=bool)
     mask[layers] = True
@@ -83,14 +85,16 @@ def train(msg: Message, context: Context) -> Message:
             seed=setup.config.seed * 1_000_003 + server_round * 1_009
             + setup.partition_id,
             device=setup.device,
+            on_batch=tracker,
         )
     upload, local = tasks.get_layer_state(setup.model, layers), None
     if pia is not None:
         upload, local = pia.finish(upload)
-    save_personal(context, tasks.get_personal_state(setup.model), server_round, str(config["run-dir"]),
-                  local=local)
     reply = {**metrics, "num-examples": len(setup.partition.train),
              "partition-id": setup.partition_id}
+    personal = tasks.get_personal_state(setup.model)
+    with_vector(tracker, personal, reply)
+    save_personal(context, personal, server_round, str(config["run-dir"]), local=local)
     arrays = to_record(upload)
     return Message(RecordDict({"arrays": arrays, "metrics": MetricRecord(reply)}), reply_to=msg)
 
@@ -106,6 +110,7 @@ def evaluate(msg: Message, context: Context) -> Message:
                              batch_size=max(64, setup.config.batch_size), device=setup.device)
     metrics["num-examples"] = int(metrics.pop("num_examples"))
     metrics["partition-id"] = setup.partition_id
+    metrics.update(others_metrics(setup))
     if setup.partition.task == "vqa":
         metrics["majority-accuracy"] = tasks.majority_accuracy(setup.partition.test)
     return Message(RecordDict({"metrics": MetricRecord(metrics)}), reply_to=msg)

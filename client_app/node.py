@@ -24,7 +24,7 @@ from settings import (
     parse_budget,
     parse_budgets,
 )
-from settings.config import check_dataset, check_device_name
+from settings.config import check_dataset, check_device_name, parse_model_sizes
 from settings.local import FOLDER_DATASETS
 
 NODE = "node config"
@@ -40,6 +40,7 @@ class NodeSettings:
     device: str  # a torch device that exists on this node
     budget: Budget | None
     budget_source: str  # the setting the budget came from, for error messages
+    model_size: str = "base"  # FedMosaic client model size: node config model-size, else model-sizes
 
 
 def _int(node: Mapping, key: str, default: int, low: int) -> int:
@@ -109,4 +110,20 @@ def node_settings(node: Mapping, config: RunConfig) -> NodeSettings:
         budget: Budget | None = parse_budget(node["layer-budget"], source)
     else:
         source, budget = "budgets", budget_of(parse_budgets(config.budgets), pid)
-    return NodeSettings(pid, num, dataset, resolved, budget, source)
+    return NodeSettings(pid, num, dataset, resolved, budget, source, _model_size(node, config, pid))
+
+
+def _model_size(node: Mapping, config: RunConfig, pid: int) -> str:
+    """Node config ``model-size`` wins; else the run config's ``model-sizes`` list, cycled by id."""
+    if "model-size" not in node:
+        sizes = parse_model_sizes(config.model_sizes, config.model)
+        return sizes[pid % len(sizes)]
+    value = node["model-size"]
+    if not isinstance(value, str):
+        raise ConfigError(f"{NODE} model-size = {value!r} must be a string")
+    size = parse_model_sizes(value, config.model, key=f"{NODE} model-size")
+    if len(size) != 1:
+        raise ConfigError(f"{NODE} model-size = {value!r} must name one size")
+    if size[0] != "base" and config.adapter != "pq-lora":
+        raise ConfigError(f"{NODE} model-size = {value!r} needs adapter = 'pq-lora' (got {config.adapter!r})")
+    return size[0]

@@ -18,6 +18,7 @@ import tasks
 from client_app.node import NodeSettings, node_settings
 from client_app.personal import load_personal
 from settings import ConfigError, RunConfig, check_fits
+from tasks.mosaic import VECTOR_KEY
 
 BUDGET_KEY = "layer-budget"  # context.state record: the budget this node last reported
 
@@ -50,9 +51,10 @@ def _partition(dataset: str, pid: int, num: int, partitioner: str, seed: int, ma
 
 @lru_cache(maxsize=2)
 def _model(name: str, num_outputs: int, task: str, adapter: str, rank: int, seed: int,
-           device: str) -> tuple[tasks.FederatedVLM, dict[str, np.ndarray]]:
+           device: str, size: str = "base", gated: bool = False, num_blocks: int = 4
+           ) -> tuple[tasks.FederatedVLM, dict[str, np.ndarray]]:
     model = tasks.build_model(name, num_outputs, task=task, adapter=adapter, lora_rank=rank,
-                              seed=seed).to(device)
+                              seed=seed, size=size, gated=gated, num_blocks=num_blocks).to(device)
     return model, tasks.get_personal_state(model)
 
 
@@ -68,7 +70,8 @@ def client_setup(context: Context) -> ClientSetup:
         raise ConfigError(f"dataset = {node.dataset!r} cannot be loaded on this node: {err}") from None
     try:
         model, initial = _model(config.model, len(partition.labels), partition.task, config.adapter,
-                                config.lora_rank, config.seed, node.device)
+                                config.lora_rank, config.seed, node.device, node.model_size,
+                                config.aggregation == "sima", config.num_blocks)
     except (ValueError, OSError) as err:
         raise ConfigError(f"model = {config.model!r} cannot be built on this node: {err}") from None
     return ClientSetup(config, node, partition, model, initial)
@@ -76,11 +79,13 @@ def client_setup(context: Context) -> ClientSetup:
 
 def load_global(
     setup: ClientSetup, context: Context, state: dict[str, np.ndarray], run_dir: str, *, before: int
-) -> None:
-    """Load the global adapters and this client's own newest personal state from a round < `before`."""
+) -> dict[str, np.ndarray]:
+    """Load the global adapters and this client's own newest personal state from a round < `before`;
+    return that stored state (with entries that are no model parameter, e.g. SIMA's vector)."""
     tasks.set_layer_state(setup.model, state)
-    personal = load_personal(context, run_dir, before=before)
-    tasks.set_personal_state(setup.model, personal or setup.initial_personal)
+    personal = load_personal(context, run_dir, before=before) or setup.initial_personal
+    tasks.set_personal_state(setup.model, {k: v for k, v in personal.items() if k != VECTOR_KEY})
+    return personal
 
 
 def resolve_budget(setup: ClientSetup, context: Context) -> int:

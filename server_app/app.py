@@ -57,7 +57,8 @@ def plan_run(config: RunConfig) -> RunPlan:
     check_model_here(config.model)
     try:
         model = tasks.build_model(config.model, 1, adapter=config.adapter,
-                                  lora_rank=config.lora_rank, seed=config.seed)
+                                  lora_rank=config.lora_rank, seed=config.seed,
+                                  gated=config.aggregation == "sima", num_blocks=config.num_blocks)
     except (ValueError, OSError, KeyError, RuntimeError) as err:
         raise ConfigError(f"model = {config.model!r} cannot be built: {err}") from None
     layer_names = list(model.layer_names)
@@ -85,14 +86,17 @@ def plan_run(config: RunConfig) -> RunPlan:
 
 
 def aggregator_for(config: RunConfig) -> Aggregator:
-    """The run's aggregator, with its own settings bound (FedPIA: γ, integration form, and server
-    alignment off at ``fedpia-level = "client"``)."""
+    """The run's aggregator with its own run-config settings bound as keywords: FedPIA's γ,
+    integration form and server alignment (off at ``fedpia-level = "client"``); SIMA's τ."""
+    keywords = {
+        "fedpia": lambda: {"gamma": config.fedpia_gamma, "integration": config.fedpia_integration,
+                           "align": config.fedpia_level != "client"},
+        "sima": lambda: {"tau": config.sima_tau},
+    }
     aggregator = AGGREGATIONS[config.aggregation]
-    if config.aggregation != "fedpia":
+    if config.aggregation not in keywords:
         return aggregator
-    bound = partial(aggregator, gamma=config.fedpia_gamma, integration=config.fedpia_integration,
-                    align=config.fedpia_level != "client")
-    return update_wrapper(bound, aggregator)
+    return update_wrapper(partial(aggregator, **keywords[config.aggregation]()), aggregator)
 
 
 def build_strategy(config: RunConfig, num_layers: int, recorder: Recorder) -> LayerSelectionStrategy:

@@ -21,10 +21,11 @@ from tasks import DATASETS, MODELS
 from tasks.data.mixed import PREFIX as MIXED_PREFIX
 from tasks.data.mixed import parse_mixed
 from tasks.data.partition import parse_partitioner
+from tasks.models import MODEL_SIZES
 
 PROJECT_ROOT = Path(__file__).resolve().parent.parent
 OPTIMIZERS = tuple(a for a in ALGORITHMS if a not in ("topk", "random", "last"))
-AGGREGATIONS = ("masked-fedavg", "fedpia")
+AGGREGATIONS = ("masked-fedavg", "fedpia", "sima")
 """Names of `strategies.aggregation.AGGREGATIONS`, kept here so that settings (read by both apps)
 need not import the server's strategies; tests/test_selection_registry.py keeps the two equal."""
 HEADS_ONLY = "none"
@@ -36,7 +37,7 @@ CHOICES = {
     "fedpia-client-cost": ("activation", "weight"),
     "optimizer": OPTIMIZERS,
     "optimizer-pick": ("weighted", "knee"),
-    "adapter": ("lora", "layer"),
+    "adapter": ("lora", "layer", "pq-lora"),
     "score-mode": ("loss", "logit", "paper"),
 }
 # (low, high) bounds; None = unbounded on that side
@@ -48,7 +49,9 @@ BOUNDS = {
     "head-lr": (0.0, None), "weight-decay": (0.0, None), "warmup-fraction": (0.0, 1.0),
     "fraction-train": (0.0, 1.0), "fraction-evaluate": (0.0, 1.0), "round-timeout": (0.0, None),
     "seed": (0, None), "fedpia-gamma": (0.0, None), "fedpia-samples": (1, None),
+    "sima-tau": (0.0, None), "sima-ema": (0.0, 1.0), "sima-freq": (1, None), "num-blocks": (1, None),
 }
+STRICT_LOW = ("lr", "head-lr", "round-timeout", "fraction-train", "sima-tau", "sima-ema")
 DEVICES = ("auto", "cpu", "cuda", "cuda:<i>", "mps")
 _DEVICE = re.compile(r"auto|cpu|mps|cuda(:\d+)?")
 
@@ -126,6 +129,12 @@ class RunConfig:
     results_dir: str
     resume_from: str
     progress_bar: bool
+    sima_tau: float
+    sima_ema: float
+    sima_freq: int
+    num_blocks: int
+    model_sizes: str
+    eval_others: bool
 
     @classmethod
     def keys(cls) -> tuple[str, ...]:
@@ -159,6 +168,13 @@ class RunConfig:
         if not _named(self.model, MODELS):
             raise ConfigError(f"model = {self.model!r} is unknown; choose one of {', '.join(MODELS)}")
         check_device_name(self.device)
+        sizes = parse_model_sizes(self.model_sizes, self.model)
+        if self.aggregation == "sima" and self.adapter not in ("lora", "pq-lora"):
+            raise ConfigError(f"adapter = {self.adapter!r} has no global branch for aggregation = 'sima'; "
+                              "use lora or pq-lora")
+        if len(set(sizes)) > 1 and self.adapter != "pq-lora":
+            raise ConfigError(f"model-sizes = {self.model_sizes!r} mixes sizes, which only adapter = "
+                              f"'pq-lora' can share (got {self.adapter!r})")
         if self.run_name in (".", "..") or "/" in self.run_name or "\\" in self.run_name:
             raise ConfigError(f"run-name = {self.run_name!r} must be a plain folder name")
         if strategies and self.strategy not in strategies:
@@ -167,6 +183,17 @@ class RunConfig:
 
     def to_dict(self) -> dict[str, object]:
         return {f.name.replace("_", "-"): getattr(self, f.name) for f in fields(self)}
+
+
+def parse_model_sizes(value: str, model: str, key: str = "model-sizes") -> list[str]:
+    """FedMosaic client sizes per partition id (cycled like ``budgets``): ``base`` or ``large``."""
+    sizes = [s.strip() for s in value.split(",")] if value.strip() else []
+    allowed = ("base",) if model.startswith("hf:") else MODEL_SIZES
+    bad = [s for s in sizes if s not in allowed]
+    if not sizes or bad:
+        raise ConfigError(f"{key} = {value!r} must list sizes among {', '.join(allowed)} "
+                          f"(model = {model!r}), comma-separated")
+    return sizes
 
 
 def _check(key: str, value: object, kind: str) -> object:
@@ -179,7 +206,7 @@ def _check(key: str, value: object, kind: str) -> object:
         raise ConfigError(f"{key} = {value!r} is unknown; choose one of {', '.join(CHOICES[key])}")
     if key in BOUNDS:
         low, high = BOUNDS[key]
-        strict_low = key in ("lr", "head-lr", "round-timeout", "fraction-train")
+        strict_low = key in STRICT_LOW
         if value < low or (strict_low and value == low) or (high is not None and value > high):
             raise ConfigError(f"{key} = {value!r} is out of range")
     return value

@@ -85,7 +85,7 @@ class RoundLog:
         direction[node_id] = direction.get(node_id, 0) + count
 
 
-NOT_METRICS = ("num-examples", "partition-id")
+NOT_METRICS = ("num-examples", "partition-id", "model-size")
 
 
 def weighted_means(per_client: dict[int, dict]) -> dict[str, float]:

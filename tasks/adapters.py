@@ -5,6 +5,11 @@
   lora_alpha = 2r, no LoRA dropout. A layer's trainable unit is its lora_A / lora_B weights.
 * adapter="layer": no adapter; a layer's trainable unit is all of its own parameters (the paper's
   full-layer fine-tuning, Table 5).
+* adapter="pq-lora" (FedMosaic, `tasks.mosaic`): PQ-LoRA on the N_B block layers; a layer's
+  trainable unit is its P and Q. With ``gated=True`` (SIMA) every adapted module has a trainable
+  local branch, a frozen global branch and a gate (Eq. 9): the unit is the local branch, the
+  received shared state is written into the global branch, and the local branches and gates are
+  personal (kept on the client, `client_app.personal`).
 
 Shared state travels as {f"{layer_index}:{parameter_name}": np.ndarray}; personal state (head,
 image->text projection) as {parameter_name: np.ndarray} and is never averaged (supplement §C.3).
@@ -20,8 +25,9 @@ from peft import LoraConfig, inject_adapter_in_model
 from torch import nn
 
 from tasks.models.base import FederatedVLM
+from tasks.mosaic.modules import GATE, GLOBAL, LOCAL
 
-ADAPTERS: tuple[str, ...] = ("lora", "layer")
+ADAPTERS: tuple[str, ...] = ("lora", "layer", "pq-lora")
 
 
 def is_under(name: str, prefixes: Iterable[str]) -> bool:
@@ -39,11 +45,18 @@ def lora_targets(model: FederatedVLM) -> list[str]:
     ]
 
 
-def apply_adapter(model: FederatedVLM, adapter: str, lora_rank: int = 8) -> None:
+def apply_adapter(model: FederatedVLM, adapter: str, lora_rank: int = 8, *, gated: bool = False,
+                  num_blocks: int = 4, seed: int = 0) -> None:
     """Inject the adapter in place and freeze the backbone (trainable unit + personal stay on)."""
     if adapter not in ADAPTERS:
         raise ValueError(f"unknown adapter {adapter!r}; choose one of {', '.join(ADAPTERS)}")
-    if adapter == "lora":
+    if adapter == "pq-lora" or (gated and adapter == "lora"):
+        from tasks.mosaic.attach import attach
+
+        attach(model, adapter, lora_rank, gated=gated, num_blocks=num_blocks, seed=seed)
+    elif gated:
+        raise ValueError(f"adapter = {adapter!r} has no global branch for SIMA; use lora or pq-lora")
+    elif adapter == "lora":
         if not isinstance(lora_rank, int) or lora_rank < 1:
             raise ValueError(f"lora_rank must be a positive int, got {lora_rank!r}")
         targets = lora_targets(model)
@@ -60,6 +73,10 @@ def apply_adapter(model: FederatedVLM, adapter: str, lora_rank: int = 8) -> None
 def layer_parameter_names(model: FederatedVLM, layer: int) -> list[str]:
     """Names of the trainable unit of selectable layer `layer` (LoRA A/B, or the layer's weights)."""
     _check_layer(model, layer)
+    prefixes = model.layer_prefixes[layer]
+    if model.wire_names:  # FedMosaic modules: the local branch (P, Q or LoRA A, B)
+        return [name for name, _ in model.named_parameters()
+                if is_under(name, prefixes) and name in model.wire_names]
     lora = model.adapter == "lora"
     return [
         name
@@ -70,8 +87,10 @@ def layer_parameter_names(model: FederatedVLM, layer: int) -> list[str]:
 
 
 def personal_parameter_names(model: FederatedVLM) -> list[str]:
-    """Names of the personal parameters: the task head (+ image->text projection)."""
-    return [n for n, _ in model.named_parameters() if is_under(n, model.personal_prefixes)]
+    """Names of the personal parameters: the task head (+ image->text projection); for a gated
+    (SIMA) model also every local branch and gate (Eq. 9: the client's own model)."""
+    return [n for n, _ in model.named_parameters() if is_under(n, model.personal_prefixes)
+            or (model.gated and (n in model.wire_names or n.endswith(GATE)))]
 
 
 def layer_of_key(key: str) -> int:
@@ -86,15 +105,19 @@ def get_layer_state(model: FederatedVLM, layers: Iterable[int]) -> dict[str, np.
     """Copies of the trainable unit of the chosen layers, keyed f"{layer}:{parameter_name}"."""
     params = dict(model.named_parameters())
     return {
-        f"{layer}:{name}": params[name].detach().cpu().numpy().copy()
+        f"{layer}:{model.wire_names.get(name, name)}": params[name].detach().cpu().numpy().copy()
         for layer in sorted(set(int(x) for x in layers))
         for name in layer_parameter_names(model, layer)
     }
 
 
 def set_layer_state(model: FederatedVLM, state: dict[str, np.ndarray]) -> None:
-    """Write shared arrays into the model; validates every key/shape/dtype before writing any."""
+    """Write shared arrays into the model; validates every key/shape/dtype before writing any.
+
+    Keys use the wire names of `get_layer_state`; a gated (SIMA) model writes them into its frozen
+    global branch (Eq. 9), leaving the client's own local branch as it is."""
     params = dict(model.named_parameters())
+    from_wire = {wire: name for name, wire in model.wire_names.items()}
     units: dict[int, set[str]] = {}
     checked = []
     for key, value in state.items():
@@ -106,10 +129,13 @@ def set_layer_state(model: FederatedVLM, state: dict[str, np.ndarray]) -> None:
         if layer not in units:
             units[layer] = set(layer_parameter_names(model, layer))
         name = key.partition(":")[2]
+        name = from_wire.get(name, name)
         if name not in units[layer]:
             raise ValueError(
                 f"layer state key {key!r} is not a trainable parameter of layer {layer}"
             )
+        if model.gated:
+            name = name.replace(f".{LOCAL}.", f".{GLOBAL}.")
         checked.append((params[name], _checked_array(key, value, params[name])))
     _copy(checked)
 
@@ -134,7 +160,7 @@ def set_personal_state(model: FederatedVLM, state: dict[str, np.ndarray]) -> Non
 
 def freeze_except(model: FederatedVLM, mask: np.ndarray) -> None:
     """requires_grad only for the masked layers' trainable unit and the personal parameters."""
-    keep = set(personal_parameter_names(model))
+    keep = set(personal_parameter_names(model)) - set(model.wire_names)  # unmasked local branches off
     for layer in np.flatnonzero(check_mask(model, mask)):
         keep.update(layer_parameter_names(model, int(layer)))
     for name, p in model.named_parameters():

@@ -20,7 +20,7 @@ reaches base_lr/(N-W) in the last round N.
 from __future__ import annotations
 
 import math
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from typing import TYPE_CHECKING
 
 import numpy as np
@@ -51,8 +51,12 @@ def train(
     weight_decay: float = 0.01,
     seed: int = 0,
     device: str = "cpu",
+    on_batch: Callable[[int, list[Sample]], None] | None = None,
 ) -> dict[str, float]:
-    """`steps` AdamW steps on the masked layers + personal params; returns loss statistics."""
+    """`steps` AdamW steps on the masked layers + personal params; returns loss statistics.
+
+    ``on_batch(step, samples)`` sees every training batch before its step (FedMosaic's SIMA
+    gradient, `tasks.mosaic.sima`)."""
     if len(samples) == 0:
         raise ValueError("samples is empty: cannot train on zero samples")
     _positive_int("steps", steps)
@@ -66,8 +70,10 @@ def train(
     chosen = np.flatnonzero(check_mask(model, mask))
     freeze_except(model, mask)
     named = dict(model.named_parameters())
-    unit = [named[n] for layer in chosen for n in layer_parameter_names(model, int(layer))]
-    personal = [named[n] for n in personal_parameter_names(model)]
+    unit_names = [n for layer in chosen for n in layer_parameter_names(model, int(layer))]
+    unit = [named[n] for n in unit_names]
+    personal = [named[n] for n in personal_parameter_names(model)
+                if n not in unit_names and named[n].requires_grad]
     groups = [{"params": personal, "lr": lr if head_lr is None else head_lr}]
     if unit:
         groups.append({"params": unit, "lr": lr})
@@ -78,8 +84,11 @@ def train(
     cuda = [model.device.index or 0] if model.device.type == "cuda" else []
     with torch.random.fork_rng(devices=cuda):
         torch.manual_seed(seed)  # dropout masks; the caller's RNG state is restored afterwards
-        for idx in order:
-            batch = model.collate([samples[i] for i in idx])
+        for step, idx in enumerate(order):
+            chosen_samples = [samples[i] for i in idx]
+            if on_batch is not None:
+                on_batch(step, chosen_samples)
+            batch = model.collate(chosen_samples)
             batch = {k: v.to(model.device) for k, v in batch.items()}
             loss = model.loss(model(batch), batch["labels"])
             optimizer.zero_grad(set_to_none=True)

@@ -39,7 +39,7 @@ def test_unknown_strategy_and_aggregation_are_one_line_errors_naming_them():
     with pytest.raises(ValueError, match=r"^strategy = 'fedsgd' is unknown; choose one of f3ocus, "):
         make_rule("fedsgd")
     with pytest.raises(ConfigError, match=r"^aggregation = 'fedprox' is unknown; choose one of "
-                                          r"masked-fedavg, fedpia$"):
+                                          rf"{', '.join(AGGREGATION_NAMES)}$"):
         RunConfig.from_mapping({**default_config(), "aggregation": "fedprox"})
 
 

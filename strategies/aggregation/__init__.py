@@ -9,14 +9,17 @@ alignment, FedMosaic's SIMA) is one new module plus one line here and in
 - ``fedpia`` (`fedpia`): FedPIA's server-level PIA, each LoRA adapter's neurons permuted onto the
   clients' FedAvg by optimal transport before a distance-weighted integration; its settings
   (``fedpia-*``) are bound by `server_app.app.aggregator_for`.
+- ``sima`` (`sima`): FedMosaic's similarity-aware aggregation, one customised global model per
+  client (its keyword ``tau`` is the run config's ``sima-tau``).
 """
 
 from __future__ import annotations
 
 from strategies.aggregation.fedpia import fedpia
 from strategies.aggregation.masked_fedavg import masked_fedavg
+from strategies.aggregation.sima import sima
 from strategies.aggregation.types import Aggregate, Aggregator, ClientUpdate
 
-AGGREGATIONS: dict[str, Aggregator] = {"masked-fedavg": masked_fedavg, "fedpia": fedpia}
+AGGREGATIONS: dict[str, Aggregator] = {"masked-fedavg": masked_fedavg, "fedpia": fedpia, "sima": sima}
 
-__all__ = ["AGGREGATIONS", "Aggregate", "Aggregator", "ClientUpdate", "fedpia", "masked_fedavg"]
+__all__ = ["AGGREGATIONS", "Aggregate", "Aggregator", "ClientUpdate", "fedpia", "masked_fedavg", "sima"]

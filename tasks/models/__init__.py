@@ -11,6 +11,9 @@ import torch
 from tasks.models.base import TASKS, FederatedVLM
 
 MODELS: tuple[str, ...] = ("minilm-effnet", "tiny-vilt", "hf:<local dir>")
+MODEL_SIZES: tuple[str, ...] = ("base", "large")
+"""FedMosaic's two client sizes of one family: ``large`` is minilm-effnet with EfficientNet-Lite2
+(deeper, wider image tower) or tiny-vilt 48 wide instead of 32; hf:<dir> has only ``base``."""
 
 
 def build_model(
@@ -20,10 +23,19 @@ def build_model(
     adapter: str = "lora",
     lora_rank: int = 8,
     seed: int = 0,
+    *,
+    size: str = "base",
+    gated: bool = False,
+    num_blocks: int = 4,
 ) -> FederatedVLM:
     """Build a model, deterministic for `seed`: random backbone parts (tiny-vilt), the adapters
     and the personal head/projection are drawn from seeded generators, so every client and the
-    server hold identical backbone + adapter weights. The global torch RNG is left untouched."""
+    server hold identical backbone + adapter weights. The global torch RNG is left untouched.
+
+    FedMosaic (`tasks.mosaic`): ``size`` picks the client model size, ``gated`` adds SIMA's global
+    branch and gate (Eq. 9), ``num_blocks`` is N_B of PQ-LoRA (Eq. 7). A ``large`` PQ-LoRA model
+    has its A, B aligned to the ``base`` model of the same seed on public data (A.4,
+    `tasks.mosaic.align`), the same computation on every client."""
     from tasks.adapters import ADAPTERS, apply_adapter
 
     if not isinstance(name, str) or not (name in MODELS[:2] or name.startswith("hf:")):
@@ -32,24 +44,33 @@ def build_model(
         raise ValueError(f"unknown adapter {adapter!r}; choose one of {', '.join(ADAPTERS)}")
     if task not in TASKS:
         raise ValueError(f"unknown task {task!r}; choose one of {', '.join(TASKS)}")
+    if size not in MODEL_SIZES or (size != "base" and name.startswith("hf:")):
+        raise ValueError(f"model size {size!r} is unknown for {name!r}; choose one of "
+                         f"{', '.join(MODEL_SIZES) if not name.startswith('hf:') else 'base'}")
+    large = size == "large"
     with torch.random.fork_rng(devices=[]):
         torch.manual_seed(seed)
         if name == "minilm-effnet":
             from tasks.models.minilm_effnet import MiniLMEffNet
 
-            model: FederatedVLM = MiniLMEffNet(num_outputs, task)
+            model: FederatedVLM = MiniLMEffNet(num_outputs, task, image_tower="lite2" if large else "lite0")
         elif name == "tiny-vilt":
             from tasks.models.hf import build_tiny_vilt
 
-            model = build_tiny_vilt(num_outputs, task)
+            model = build_tiny_vilt(num_outputs, task, large)
         else:
             from tasks.models.hf import build_hf
 
             model = build_hf(name[3:], num_outputs, task)
         torch.manual_seed(seed + 1)  # adapter init independent of the head's size
-        apply_adapter(model, adapter, lora_rank)
+        apply_adapter(model, adapter, lora_rank, gated=gated, num_blocks=num_blocks, seed=seed)
+    if large and adapter == "pq-lora":
+        from tasks.mosaic.align import align_to_pivot
+
+        pivot = build_model(name, num_outputs, task, adapter, lora_rank, seed, num_blocks=num_blocks)
+        align_to_pivot(model, pivot, seed=seed)
     model.eval()
     return model
 
 
-__all__ = ["MODELS", "TASKS", "FederatedVLM", "build_model"]
+__all__ = ["MODELS", "MODEL_SIZES", "TASKS", "FederatedVLM", "build_model"]

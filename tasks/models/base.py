@@ -48,6 +48,8 @@ class FederatedVLM(nn.Module):
         self.layer_prefixes: list[tuple[str, ...]] = []
         self.personal_prefixes: tuple[str, ...] = ("head",)
         self.adapter = "none"  # set by tasks.adapters.apply_adapter
+        self.gated = False  # FedMosaic/SIMA local + global branches (tasks.mosaic)
+        self.wire_names: dict[str, str] = {}  # parameter name -> shared-state name (tasks.mosaic)
         self.image_size = 64  # square input side the model resizes images to
 
     # -- inputs ---------------------------------------------------------------------------------

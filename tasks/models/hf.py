@@ -49,8 +49,11 @@ GENERIC_TEXT_TOKENS = 32  # fixed question length for GenericHFVLM
 _TOKENIZER_FILES = ("tokenizer.json", "tokenizer_config.json", "vocab.txt")
 
 
-def tiny_vilt_config() -> ViltConfig:
-    return ViltConfig(**TINY_VILT)
+TINY_VILT_LARGE = {"hidden_size": 48, "intermediate_size": 96}  # model-size "large": wider, same depth
+
+
+def tiny_vilt_config(large: bool = False) -> ViltConfig:
+    return ViltConfig(**{**TINY_VILT, **(TINY_VILT_LARGE if large else {})})
 
 
 def find_blocks(model: nn.Module) -> str:
@@ -163,8 +166,8 @@ class GenericHFVLM(HFVLM):
         return hidden.mean(1)
 
 
-def build_tiny_vilt(num_outputs: int, task: str) -> ViltVLM:
-    return ViltVLM(ViltModel(tiny_vilt_config()), num_outputs, task, minilm_tokenizer(), None)
+def build_tiny_vilt(num_outputs: int, task: str, large: bool = False) -> ViltVLM:
+    return ViltVLM(ViltModel(tiny_vilt_config(large)), num_outputs, task, minilm_tokenizer(), None)
 
 
 def build_hf(directory: str, num_outputs: int, task: str) -> HFVLM:

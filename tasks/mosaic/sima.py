@@ -1,0 +1,73 @@
+"""SIMA's client-wise decayed gradient ĝ_i (paper §4.1, Eq. 3-4), computed on the client.
+
+The gradient is taken on a small *frozen* pre-trained model W_s shared by all clients (the smallest
+client model, ``model-size = "base"``, without adapters: every client builds the same seeded copy),
+at its last layer only (§4.1: earlier layers' gradients are proportional by the chain rule). Client
+heads are personal and differ, so the last layer here is a head over the data set's *whole* answer
+vocabulary (every client's `Partition.labels` is that vocabulary), set to zero: a pre-trained
+model has no head for these answers, and a zero head makes the gradient the same closed form on
+every client (official code also takes it in closed form, FM:60-88):
+
+  vqa:        ∂ CE / ∂W = mean_b (softmax(0) − e_{y_b}) h_bᵀ = mean_b (1/C − e_{y_b}) h_bᵀ
+  multilabel: ∂ BCE / ∂W = mean_b (σ(0) − y_b) h_bᵀ = mean_b (1/2 − y_b) h_bᵀ
+
+with h_b the frozen model's pooled features. Every ``freq``-th local step (f, official 10) the
+batch's gradient g(t) enters the EMA ĝ(t) = (1 − a) ĝ(t−1) + a g(t) (Eq. 4, a = 0.5 official); the
+first one starts it. ĝ is kept on the client across rounds (`client_app.personal`), flattened.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+
+import numpy as np
+import torch
+
+from tasks.models.base import FederatedVLM
+
+VECTOR_KEY = "sima-grad"
+"""Train-reply metric (and client-state entry) that carries ĝ_i."""
+
+
+@torch.no_grad()
+def last_layer_gradient(frozen: FederatedVLM, samples: Sequence) -> np.ndarray:
+    """Eq. 3 for one batch: the zero head's gradient (module doc), shape (C · d,), float64.
+
+    A function of the batch alone: a model that samples (ViLT's image patches) runs under a fixed
+    seed, and the training RNG is left untouched."""
+    batch = frozen.collate(samples)
+    devices = [frozen.device.index or 0] if frozen.device.type == "cuda" else []
+    with torch.random.fork_rng(devices=devices):
+        torch.manual_seed(0)
+        features = frozen.features(frozen.embed(batch)).double().cpu()
+    labels = batch["labels"]
+    if frozen.task == "vqa":
+        size = (len(samples), frozen.num_outputs)
+        residual = torch.full(size, 1.0 / frozen.num_outputs, dtype=torch.float64)
+        residual[torch.arange(len(samples)), labels] -= 1.0
+    else:
+        residual = 0.5 - labels.double()
+    return (residual.T @ features / len(samples)).reshape(-1).numpy()
+
+
+class SimaTracker:
+    """Decayed client-wise gradient (Eq. 4) fed by `tasks.train`'s ``on_batch`` hook."""
+
+    def __init__(self, frozen: FederatedVLM, *, ema: float, freq: int, previous: np.ndarray | None = None
+                 ) -> None:
+        if not 0.0 < ema <= 1.0:
+            raise ValueError(f"sima-ema = {ema!r} must be in (0, 1]")
+        if not isinstance(freq, int) or freq < 1:
+            raise ValueError(f"sima-freq = {freq!r} must be an int >= 1")
+        self.frozen, self.ema, self.freq = frozen, ema, freq
+        self.vector = None if previous is None else np.asarray(previous, dtype=np.float64)
+        self.samples_taken = 0
+
+    def __call__(self, step: int, samples: Sequence) -> None:
+        if step % self.freq:
+            return
+        g = last_layer_gradient(self.frozen, samples)
+        if self.vector is not None and self.vector.shape != g.shape:
+            self.vector = None  # the vocabulary changed: start afresh
+        self.vector = g if self.vector is None else (1 - self.ema) * self.vector + self.ema * g
+        self.samples_taken += 1
