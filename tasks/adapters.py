@@ -24,14 +24,10 @@ import torch
 from peft import LoraConfig, inject_adapter_in_model
 from torch import nn
 
-from tasks.models.base import FederatedVLM
+from tasks.models.base import FederatedVLM, is_under
 from tasks.mosaic.modules import GATE, GLOBAL, LOCAL
 
 ADAPTERS: tuple[str, ...] = ("lora", "layer", "pq-lora")
-
-
-def is_under(name: str, prefixes: Iterable[str]) -> bool:
-    return any(name == p or name.startswith(p + ".") for p in prefixes)
 
 
 def lora_targets(model: FederatedVLM) -> list[str]:

@@ -14,7 +14,7 @@ embed`, so training and scoring run exactly the same code.
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Iterable, Sequence
 from typing import TYPE_CHECKING
 
 import numpy as np
@@ -26,6 +26,11 @@ if TYPE_CHECKING:
     from tasks.data import Sample
 
 TASKS: tuple[str, ...] = ("vqa", "multilabel")
+
+
+def is_under(name: str, prefixes: Iterable[str]) -> bool:
+    """Whether the parameter or module `name` is one of `prefixes` or inside one of them."""
+    return any(name == p or name.startswith(p + ".") for p in prefixes)
 
 
 class FederatedVLM(nn.Module):

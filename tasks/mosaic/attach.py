@@ -14,12 +14,11 @@ from __future__ import annotations
 
 from torch import nn
 
+from tasks.models.base import is_under
 from tasks.mosaic.modules import LOCAL, MosaicLinear, block_layers
 
 
 def _targets(model: nn.Module, prefixes: tuple[str, ...]) -> list[str]:
-    from tasks.adapters import is_under
-
     return [name for name, m in model.named_modules() if is_under(name, prefixes)
             and (isinstance(m, nn.Linear) or (isinstance(m, nn.Conv2d) and m.groups == 1))]
 
