@@ -43,9 +43,13 @@ def free_port_block(size: int) -> int:
     raise RuntimeError("no block of free ports on 127.0.0.1")
 
 
-def start_federation(workdir: Path, extra_keys: tuple[str, ...] = ()) -> Iterator[Federation]:
-    """Start the federation (credentials for `extra_keys` too, unregistered), yield it, stop it."""
+def start_federation(workdir: Path, extra_keys: tuple[str, ...] = (),
+                     node_config: dict[str, dict[str, object]] | None = None) -> Iterator[Federation]:
+    """Start the federation (credentials for `extra_keys` too, unregistered; `node_config` adds
+    to or overrides a site's node config), yield it, stop it."""
     nodes = site_nodes([str(b) for b in BUDGETS.values()], "synthetic", "cpu", workdir)
+    for node in nodes:
+        node.config.update((node_config or {}).get(node.name, {}))
     fed = Federation(workdir, nodes, port=free_port_block(16))
     fed.credentials(extra=list(extra_keys))
     try:

@@ -12,7 +12,9 @@ from __future__ import annotations
 import json
 
 import pytest
+from safetensors.numpy import load_file
 
+from client_app.personal import LOCAL
 from deploy.launch import Node
 from deploy.make_certs import make_credentials
 from tests.deployment import BUDGETS, RUN_TIMEOUT, read_jsonl, run_config, start_federation
@@ -82,8 +84,11 @@ def test_node_with_a_registered_key_refuses_a_superlink_certified_by_another_ca(
 
 
 def test_three_authenticated_nodes_complete_two_rounds_with_their_own_budgets(federation, tmp_path):
+    """F3OCUS selection with FedPIA aggregation (issue 14): the budgets come from the sites, and
+    each site keeps its own adapters for client-level PIA in its state-dir."""
     result = federation.run(run_config(tmp_path, "deploy", **{"num-server-rounds": 2,
-                                                               "round-timeout": 600}),
+                                                               "round-timeout": 600,
+                                                               "aggregation": "'fedpia'"}),
                             timeout=RUN_TIMEOUT)
     assert result.ok, result.output[-3000:]
     run_dir = tmp_path / "deploy"
@@ -99,8 +104,10 @@ def test_three_authenticated_nodes_complete_two_rounds_with_their_own_budgets(fe
         assert row["budget"] == budget_of[row["node"]]
         assert len(row["mask"]) == budget_of[row["node"]] == len(set(row["mask"]))
         assert row["evaluate"]["num-examples"] > 0
-    for name in BUDGETS:  # each site keeps its own head in its state-dir, never on the server
-        assert list((federation.workdir / "sites" / name / "state").rglob("personal-*.safetensors"))
+    for name in BUDGETS:  # each site keeps its own head and adapters in its state-dir, not the server
+        stored = sorted((federation.workdir / "sites" / name / "state").rglob("personal-*.safetensors"))
+        assert stored, name
+        assert any(key.startswith(LOCAL) for key in load_file(stored[-1])), name
     assert not (run_dir / "clients").exists()
 
 
