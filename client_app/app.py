@@ -11,10 +11,10 @@ from flwr.clientapp import ClientApp
 import tasks
 from client_app.personal import save_personal
 from client_app.runtime import client_setup, load_global, resolve_budget
+from client_app.worker import site_mod
 from strategies.records import from_record, to_record
-from tasks.scores import score_layers
 
-app = ClientApp()
+app = ClientApp(mods=[site_mod])  # a deployed site's messages run in its warm worker
 
 
 def _scoring_batch(samples: list, size: int, seed: int) -> list:
@@ -39,8 +39,8 @@ def lntk(msg: Message, context: Context) -> Message:
         batch = _scoring_batch(setup.partition.train, int(config["score-batch-size"]),
                                setup.config.seed * 1_000_003 + server_round * 1_009
                                + setup.partition_id)
-        eigenvalues = score_layers(setup.model, batch, scorer=str(config["score"]),
-                                         mode=str(config["score-mode"]))
+        eigenvalues = tasks.score_layers(setup.model, batch, scorer=str(config["score"]),
+                                               mode=str(config["score-mode"]))
     metrics = {
         "eigenvalues": [float(v) for v in eigenvalues],
         "budget": resolve_budget(setup, context),

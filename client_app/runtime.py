@@ -9,6 +9,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 from functools import lru_cache
+from pathlib import Path
 
 import numpy as np
 from flwr.app import Context
@@ -38,7 +39,12 @@ def _node_setting(context: Context, key: str, default: object) -> object:
 
 @lru_cache(maxsize=4)
 def _partition(dataset: str, pid: int, num: int, partitioner: str, seed: int, max_train: int,
-               max_test: int) -> tasks.Partition:
+               max_test: int, state_dir: str = "") -> tasks.Partition:
+    if state_dir:  # a deployed site: its prepared partition, memory-mapped from its state-dir
+        from tasks.data.cache import cached_partition
+
+        return cached_partition(Path(state_dir) / "cache" / "partitions", dataset, pid, num,
+                                partitioner, seed, max_train or None, max_test or None)
     return tasks.load_partition(dataset, pid, num, partitioner, seed=seed,
                                 max_train=max_train or None, max_test=max_test or None)
 
@@ -59,8 +65,8 @@ def client_setup(context: Context) -> ClientSetup:
     dataset = str(_node_setting(context, "dataset", config.dataset))
     if "data-dir" in context.node_config:
         dataset = f"{dataset.split(':', 1)[0]}:{context.node_config['data-dir']}"
-    partition = _partition(dataset, pid, num, config.partitioner, config.seed,
-                           config.max_train_samples, config.max_test_samples)
+    partition = _partition(dataset, pid, num, config.partitioner, config.seed, config.max_train_samples,
+                           config.max_test_samples, str(_node_setting(context, "state-dir", "")))
     device = tasks.resolve_device(str(_node_setting(context, "device", config.device)))
     model, initial = _model(config.model, len(partition.labels), partition.task, config.adapter,
                             config.lora_rank, config.seed, device)

@@ -16,7 +16,6 @@ from collections.abc import Iterable
 
 import numpy as np
 import torch
-from peft import LoraConfig, inject_adapter_in_model
 from torch import nn
 
 from tasks.models.base import FederatedVLM
@@ -44,6 +43,8 @@ def apply_adapter(model: FederatedVLM, adapter: str, lora_rank: int = 8) -> None
     if adapter not in ADAPTERS:
         raise ValueError(f"unknown adapter {adapter!r}; choose one of {', '.join(ADAPTERS)}")
     if adapter == "lora":
+        from peft import LoraConfig, inject_adapter_in_model  # only where adapters are injected
+
         if not isinstance(lora_rank, int) or lora_rank < 1:
             raise ValueError(f"lora_rank must be a positive int, got {lora_rank!r}")
         targets = lora_targets(model)
