@@ -37,10 +37,12 @@ import os
 import pickle
 import secrets
 import socket
+import struct
 import subprocess
 import sys
 import tempfile
 import time
+import traceback
 from collections.abc import Callable
 from multiprocessing.connection import Client, Connection, answer_challenge, deliver_challenge
 from pathlib import Path
@@ -51,6 +53,7 @@ APP_DIR = Path(__file__).resolve().parent.parent  # the installed app (FAB) this
 APP = "client_app.app:app"  # the ClientApp a worker serves (module:attribute)
 DEFAULT_IDLE = 600.0  # seconds a worker waits for its site's next message
 CONNECT_TIMEOUT = 120.0  # seconds a ClientApp waits for a worker it started to listen
+HANDSHAKE_TIMEOUT = 60  # seconds the worker waits for a connected peer's key and message
 _IN_WORKER = False  # True in the worker process: the mod runs the handler here
 _LAST: dict[str, float] = {}  # setup/work seconds of the last handler run in this process
 
@@ -237,7 +240,8 @@ def serve(address: str, key: bytes, parent_pid: int, idle: float, threads: int, 
                 sock, _ = server.accept()
             except TimeoutError:
                 continue
-            sock.settimeout(None)
+            sock.settimeout(None)  # blocking, as Connection expects, but a silent peer times out:
+            sock.setsockopt(socket.SOL_SOCKET, socket.SO_RCVTIMEO, struct.pack("ll", HANDSHAKE_TIMEOUT, 0))
             with Connection(sock.detach()) as conn:
                 _handle(conn, key, app)
             last = time.monotonic()
@@ -274,6 +278,7 @@ def _handle(conn: Connection, key: bytes, app: Callable[[Message, Context], Mess
         payload = reply.error if reply.has_error() else reply.content
         answer = ("replied", payload, context.state, dict(_LAST))
     except Exception as err:  # noqa: BLE001 - the ClientApp process raises it in Flower's handler
+        err.add_note(f"in the site worker (pid {os.getpid()}):\n{traceback.format_exc()}")
         answer = ("raised", _picklable(err), context.state, dict(_LAST))
     conn.send_bytes(pickle.dumps(answer))
 

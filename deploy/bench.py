@@ -83,7 +83,8 @@ def run_deployed(args: argparse.Namespace, workdir: Path, run_config: str) -> di
     for node in nodes:
         if args.worker_idle is not None:
             node.config["worker-idle"] = args.worker_idle
-    with Federation(workdir / "federation", nodes, port=free_port_block(len(nodes) + 2)) as fed:
+    with Federation(workdir / "federation", nodes, port=free_port_block(len(nodes) + 2),
+                    app_dir=args.app_dir) as fed:
         fed.start()
         start = time.monotonic()
         result = fed.run(with_node_budgets(run_config, nodes), timeout=args.timeout)
@@ -99,9 +100,10 @@ def run_simulated(args: argparse.Namespace, workdir: Path, run_config: str) -> d
                "--run-config", run_config]
     if args.client_cpus is not None:
         command += ["--client-cpus", str(args.client_cpus)]
+    env = {**os.environ, "PYTHONPATH": str(args.app_dir)}  # that checkout's modules, also in Ray
     start = time.monotonic()
     with open(workdir / "simulation.log", "w") as log:
-        done = subprocess.run(command, cwd=PROJECT_ROOT, stdout=log, stderr=subprocess.STDOUT,
+        done = subprocess.run(command, cwd=args.app_dir, env=env, stdout=log, stderr=subprocess.STDOUT,
                               timeout=args.timeout)
     if done.returncode != 0:
         raise LaunchError(f"simulated run exited {done.returncode}; see {workdir / 'simulation.log'}")
@@ -143,10 +145,14 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--workdir", type=Path, default=PROJECT_ROOT / "results" / "bench",
                         help="federation, logs and results (default results/bench)")
     parser.add_argument("--timeout", type=float, default=3600, help="seconds per engine before giving up")
+    parser.add_argument("--app-dir", type=Path, default=PROJECT_ROOT,
+                        help="checkout whose app both engines run (default: this one; an older "
+                             "checkout gives the 'before' figures, without per-message timings)")
     parser.add_argument("--json", action="store_true", help="end with one JSON line of the figures")
     args = parser.parse_args(argv)
     if args.rounds < 1:
         parser.error(f"--rounds {args.rounds}: must be >= 1")
+    args.app_dir = args.app_dir.expanduser().resolve()
     stamp = time.strftime("%Y%m%d-%H%M%S")
     workdir = (args.workdir / stamp).expanduser().resolve()
     workdir.mkdir(parents=True, exist_ok=True)
@@ -167,9 +173,10 @@ def main(argv: list[str] | None = None) -> int:
         print(f"bench failed: {err}", file=sys.stderr)
         return 1
     figures = summary(engines["deployed"], engines["simulated"])
+    overhead = "n/a" if figures["overhead_s"] is None else f"{figures['overhead_s']:.2f} s"
     print(f"deployed {figures['deployed_s_per_round']:.1f} s/round, simulated "
           f"{figures['simulated_s_per_round']:.1f} s/round, ratio {figures['ratio']:.2f}; "
-          f"per-message overhead median {figures['overhead_s']} s over {figures['messages']} messages "
+          f"per-message overhead median {overhead} over {figures['messages']} messages "
           f"(loadavg {loadavg()})", flush=True)
     if args.json:
         print(json.dumps(figures))

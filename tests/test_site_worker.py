@@ -73,8 +73,9 @@ def test_messages_share_one_warm_worker_that_keeps_state_raises_and_idles_out(tm
         assert first["pid"] != os.getpid() and first["threads"] == 1 and first["x"] == 1
         second = app(message(2), ctx).content["echo"]
         assert second["pid"] == first["pid"] and second["calls"] == 2  # context.state came back
-        with pytest.raises(KeyError, match="boom"):  # the handler's own exception, raised here
+        with pytest.raises(KeyError, match="boom") as raised:  # the handler's own exception, here
             app(message(3, fail=True), ctx)
+        assert f"site worker (pid {first['pid']})" in "".join(raised.value.__notes__)
         address, key, _ = worker._endpoint(tmp_path.resolve(), 1)
         assert (tmp_path / "worker" / "authkey").stat().st_mode & 0o077 == 0
         with pytest.raises(AuthenticationError):
