@@ -5,7 +5,10 @@
         [--optimizers nsga2,mopso,sa,aco,abc] [--experiment NAME]
 
 Settings come from pyproject.toml's [tool.flwr.app.config], then the --config file, then
---run-config; they are validated before Ray starts. One run shows a progress bar over rounds,
+--run-config; every value is validated before Ray starts, including what the clients, which share
+this machine, would judge (data folder, device) and what the server settles before round 1 (the
+model builds, budgets fit it, the run directory); a bad one ends the command with one line naming
+the key and exit status 2. One run shows a progress bar over rounds,
 prints a per-client table at the end and exits non-zero if the run failed. With --strategies,
 --seeds or --optimizers it runs the comparison sweep of `server_app.experiments` into
 ``<results-dir>/<experiment>/`` (every run validated first, finished runs skipped) and writes its
@@ -23,8 +26,8 @@ import time
 import tomllib
 from pathlib import Path
 
-from server_app.config import PROJECT_ROOT, ConfigError, RunConfig, default_config, parse_budgets
 from server_app.experiments import incomplete
+from settings import PROJECT_ROOT, ConfigError, RunConfig, check_here, default_config, describe, parse_budgets
 
 SERVER_APP = "server_app.app:app"
 CLIENT_APP = "client_app.app:app"
@@ -54,14 +57,39 @@ def load_overrides(config_file: str | None, run_config: list[str]) -> dict[str, 
 def resolve(overrides: dict[str, object]) -> RunConfig:
     """Fuse defaults and overrides, validate, and fix a run name so the results can be found."""
     from server_app.app import STRATEGIES
-    from server_app.experiments import check_values
 
     values = {**default_config(), **overrides}
-    config = check_values(values, STRATEGIES)
+    config = RunConfig.from_mapping(values, strategies=STRATEGIES)
     if not config.run_name and not config.resume_from:
         values["run-name"] = f"{config.strategy}-{config.optimizer}-{time.strftime('%Y%m%d-%H%M%S')}"
     values["progress-bar"] = True
     return RunConfig.from_mapping(values, strategies=STRATEGIES)
+
+
+def client_count(config: RunConfig, requested: int | None) -> int:
+    """--num-clients, else one client per listed budget, else 5; at least min-nodes."""
+    num_clients = requested if requested is not None else len(parse_budgets(config.budgets)) or 5
+    if num_clients < 1:
+        raise ConfigError(f"--num-clients {num_clients} must be >= 1")
+    if config.min_nodes > num_clients:
+        raise ConfigError(f"min-nodes = {config.min_nodes} exceeds the {num_clients} simulated clients "
+                          "(--num-clients); the first round would wait for nodes forever")
+    return num_clients
+
+
+def preflight(config: RunConfig, num_clients: int, client_cpus: float, client_gpus: float) -> None:
+    """The checks the clients (on this machine) and the server would make, before Ray starts."""
+    from server_app.app import plan_run
+
+    if client_cpus <= 0 or client_gpus < 0:
+        raise ConfigError(f"--client-cpus {client_cpus} / --client-gpus {client_gpus}: CPUs must be > 0, "
+                          "GPUs >= 0")
+    check_here(config)
+    if config.device.startswith("cuda") and client_gpus == 0:
+        raise ConfigError(f"device = {config.device!r} needs --client-gpus > 0: Ray hides the GPUs "
+                          "from clients without a GPU share")
+    plan_run(config)
+    print(describe(config.budgets, num_clients), flush=True)
 
 
 def simulate(config: RunConfig, num_clients: int, client_cpus: float, client_gpus: float) -> None:
@@ -139,9 +167,8 @@ def sweep(args: argparse.Namespace, overrides: dict[str, object], argv: list[str
     experiment_dir = (Path(first.results_dir) / name).expanduser().resolve()
     specs = experiments.plan(strategies, seeds, optimizers, first.optimizer)
     experiments.validate(base, specs, experiment_dir, STRATEGIES)
-    num_clients = args.num_clients or len(parse_budgets(first.budgets)) or 5
-    if num_clients < 1:
-        raise ConfigError(f"--num-clients {num_clients} must be >= 1")
+    num_clients = client_count(first, args.num_clients)
+    check_here(first)
     experiments.write_experiment(experiment_dir, {
         "commands": [shlex.join(["python", "run_simulation.py", *argv])],
         "config-file": args.config, "strategies": strategies, "seeds": seeds,
@@ -186,9 +213,8 @@ def main(argv: list[str] | None = None) -> int:
             return 2
     try:
         config = resolve(load_overrides(args.config, args.run_config))
-        num_clients = args.num_clients or len(parse_budgets(config.budgets)) or 5
-        if num_clients < 1:
-            raise ConfigError(f"--num-clients {num_clients} must be >= 1")
+        num_clients = client_count(config, args.num_clients)
+        preflight(config, num_clients, args.client_cpus, args.client_gpus)
     except (ConfigError, ValueError) as err:
         print(f"error: {err}", file=sys.stderr)
         return 2

@@ -1,4 +1,8 @@
-"""ClientApp: score layers (``query.lntk``), train the assigned layers, evaluate on local data."""
+"""ClientApp: score layers (``query.lntk``), train the assigned layers, evaluate on local data.
+
+A setting this node cannot use, or a train mask it refuses, is answered with an error reply
+naming it (`client_app.replies`), never with a traceback.
+"""
 
 from __future__ import annotations
 
@@ -10,11 +14,15 @@ from flwr.clientapp import ClientApp
 
 import tasks
 from client_app.personal import save_personal
-from client_app.runtime import client_setup, load_global, resolve_budget
+from client_app.replies import check_mask, error_replies
+from client_app.runtime import client_setup, load_global, reported_budget, resolve_budget
 from client_app.worker import site_mod
+from settings import HEADS_ONLY
 from strategies.records import from_record, to_record
 
-app = ClientApp(mods=[site_mod])  # a deployed site's messages run in its warm worker
+# error_replies outermost: a setting the site cannot use is an error reply, wherever it ran;
+# site_mod: a deployed site's messages run in its warm worker (client_app.worker)
+app = ClientApp(mods=[error_replies, site_mod])
 
 
 def _scoring_batch(samples: list, size: int, seed: int) -> list:
@@ -53,13 +61,15 @@ def lntk(msg: Message, context: Context) -> Message:
 
 @app.train()
 def train(msg: Message, context: Context) -> Message:
-    """Train only the assigned layers (+ own head); send back only those layers' adapters."""
+    """Train only the assigned layers (+ own head); send back only those layers' adapters (none
+    at all with ``strategy = "none"``: an empty mask, only the head trains)."""
     setup = client_setup(context)
     config = msg.content["config"]
     server_round = int(config["server-round"])
+    layers = check_mask(config["mask"], len(setup.model.layer_names), reported_budget(setup, context),
+                        heads_only=setup.config.strategy == HEADS_ONLY)
     load_global(setup, context, from_record(msg.content["arrays"]), str(config["run-dir"]),
                 before=server_round)
-    layers = [int(i) for i in config["mask"]]
     mask = np.zeros(len(setup.model.layer_names), dtype=bool)
     mask[layers] = True
     metrics = tasks.train(

@@ -3,6 +3,7 @@
 Partitions and models are built once per process and reused across rounds (a Ray actor or a
 SuperNode serves many messages); every message then loads the current global adapters and the
 client's own personal state into the cached model, so no state leaks between clients or rounds.
+Settings are checked first (`client_app.node`); a bad one raises `settings.ConfigError`.
 """
 
 from __future__ import annotations
@@ -12,11 +13,14 @@ from functools import lru_cache
 from pathlib import Path
 
 import numpy as np
-from flwr.app import Context
+from flwr.app import ConfigRecord, Context
 
 import tasks
+from client_app.node import NodeSettings, node_settings
 from client_app.personal import load_personal
-from server_app.config import RunConfig, parse_budgets
+from settings import ConfigError, RunConfig, check_fits
+
+BUDGET_KEY = "layer-budget"  # context.state record: the budget this node last reported
 
 
 @dataclass(frozen=True)
@@ -24,17 +28,18 @@ class ClientSetup:
     """One client's resolved settings, data and (cached) model."""
 
     config: RunConfig
-    partition_id: int
-    num_partitions: int
+    node: NodeSettings
     partition: tasks.Partition
     model: tasks.FederatedVLM
     initial_personal: dict[str, np.ndarray]
-    device: str
 
+    @property
+    def partition_id(self) -> int:
+        return self.node.partition_id
 
-def _node_setting(context: Context, key: str, default: object) -> object:
-    """Node config wins over run config (per-site settings of a real deployment)."""
-    return context.node_config.get(key, default)
+    @property
+    def device(self) -> str:
+        return self.node.device
 
 
 @lru_cache(maxsize=4)
@@ -58,19 +63,21 @@ def _model(name: str, num_outputs: int, task: str, adapter: str, rank: int, seed
 
 
 def client_setup(context: Context) -> ClientSetup:
-    """Resolve this node's data, model and device from node and run config."""
+    """Check node and run config, then resolve this node's data, model and device."""
     config = RunConfig.from_mapping(context.run_config)
-    pid = int(_node_setting(context, "partition-id", 0))
-    num = int(_node_setting(context, "num-partitions", 1))
-    dataset = str(_node_setting(context, "dataset", config.dataset))
-    if "data-dir" in context.node_config:
-        dataset = f"{dataset.split(':', 1)[0]}:{context.node_config['data-dir']}"
-    partition = _partition(dataset, pid, num, config.partitioner, config.seed, config.max_train_samples,
-                           config.max_test_samples, str(_node_setting(context, "state-dir", "")))
-    device = tasks.resolve_device(str(_node_setting(context, "device", config.device)))
-    model, initial = _model(config.model, len(partition.labels), partition.task, config.adapter,
-                            config.lora_rank, config.seed, device)
-    return ClientSetup(config, pid, num, partition, model, initial, device)
+    node = node_settings(context.node_config, config)
+    try:
+        partition = _partition(node.dataset, node.partition_id, node.num_partitions,
+                               config.partitioner, config.seed, config.max_train_samples,
+                               config.max_test_samples, str(context.node_config.get("state-dir", "")))
+    except (ValueError, OSError) as err:  # e.g. a partition left without samples, a bad file
+        raise ConfigError(f"dataset = {node.dataset!r} cannot be loaded on this node: {err}") from None
+    try:
+        model, initial = _model(config.model, len(partition.labels), partition.task, config.adapter,
+                                config.lora_rank, config.seed, node.device)
+    except (ValueError, OSError) as err:
+        raise ConfigError(f"model = {config.model!r} cannot be built on this node: {err}") from None
+    return ClientSetup(config, node, partition, model, initial)
 
 
 def load_global(
@@ -83,19 +90,22 @@ def load_global(
 
 
 def resolve_budget(setup: ClientSetup, context: Context) -> int:
-    """This client's layer budget k_i.
+    """This client's layer budget k_i, remembered in ``context.state`` for the train step.
 
     Node config ``layer-budget`` (int or ``auto``) wins; otherwise the run config ``budgets`` list
     indexed by partition id (cycled when there are more clients than entries); with neither, every
     layer. ``auto`` estimates k from free device memory (supplement Algorithm 46).
     """
     num_layers = len(setup.model.layer_names)
-    budgets = parse_budgets(setup.config.budgets)
-    value: object = budgets[setup.partition_id % len(budgets)] if budgets else num_layers
-    if "layer-budget" in context.node_config:
-        value = context.node_config["layer-budget"]
-        if isinstance(value, str) and value != "auto":
-            value = parse_budgets(value, key="node config layer-budget")[0]
+    value = setup.node.budget if setup.node.budget is not None else num_layers
+    check_fits(value, num_layers, f"{setup.node.budget_source} = {value!r}")
     if value == "auto":
-        return tasks.estimate_budget(setup.model, setup.config.batch_size, setup.device)
+        value = tasks.estimate_budget(setup.model, setup.config.batch_size, setup.device)
+    context.state[BUDGET_KEY] = ConfigRecord({"budget": int(value)})
     return int(value)
+
+
+def reported_budget(setup: ClientSetup, context: Context) -> int:
+    """The budget this node last reported with its scores (resolved afresh if it has none)."""
+    record = context.state.config_records.get(BUDGET_KEY)
+    return int(record["budget"]) if record is not None else resolve_budget(setup, context)

@@ -49,6 +49,8 @@ from pathlib import Path
 
 from flwr.app import Context, Message
 
+from settings.errors import ConfigError
+
 APP_DIR = Path(__file__).resolve().parent.parent  # the installed app (FAB) this module came from
 APP = "client_app.app:app"  # the ClientApp a worker serves (module:attribute)
 DEFAULT_IDLE = 600.0  # seconds a worker waits for its site's next message
@@ -62,7 +64,7 @@ def num_threads(context: Context) -> int:
     """Node setting ``num-threads``, default (0) the number of cores this process may run on."""
     value = context.node_config.get("num-threads", 0)
     if isinstance(value, bool) or not isinstance(value, int) or value < 0:
-        raise ValueError(f"node config num-threads = {value!r}: must be a positive int (0 = all cores)")
+        raise ConfigError(f"node config num-threads = {value!r}: must be a positive int (0 = all cores)")
     return value or available_cores()
 
 
@@ -75,7 +77,7 @@ def worker_idle(context: Context) -> float:
     """Node setting ``worker-idle``: seconds a warm worker waits; 0 = a process per message."""
     value = context.node_config.get("worker-idle", DEFAULT_IDLE)
     if isinstance(value, bool) or not isinstance(value, int | float) or value < 0:
-        raise ValueError(f"node config worker-idle = {value!r}: must be a number of seconds >= 0")
+        raise ConfigError(f"node config worker-idle = {value!r}: must be a number of seconds >= 0")
     return float(value)
 
 

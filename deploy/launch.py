@@ -246,9 +246,11 @@ class Federation:
 
     # ------------------------------------------------------------------ SuperNodes
     def start_supernode(self, node: Node, *, key: str | None = None, tls: bool = True,
+                        root_certificates: Path | None = None,
                         max_retries: int | None = None) -> subprocess.Popen:
-        """A SuperNode with ``node.config``; ``key`` names another key pair, ``tls=False`` drops
-        TLS and authentication (both are how a refused node is tried)."""
+        """A SuperNode with ``node.config``. How a refused node is tried: ``key`` names another
+        key pair (``""``: none), ``root_certificates`` trusts another CA, ``tls=False`` drops TLS
+        and with it authentication (Flower refuses a key without TLS)."""
         creds = self.credentials()
         site = self.workdir / "sites" / node.name
         command = ["flower-supernode", "--superlink", f"{HOST}:{self.port}",
@@ -256,8 +258,9 @@ class Federation:
                    "--node-config", node_config_arg(node.config)]
         self._next_runtime_port += 1
         if tls:
-            command += ["--root-certificates", str(creds.ca_cert),
-                        "--auth-supernode-private-key", str(creds.node_keys[key or node.name][0])]
+            command += ["--root-certificates", str(root_certificates or creds.ca_cert)]
+            if key != "":
+                command += ["--auth-supernode-private-key", str(creds.node_keys[key or node.name][0])]
         else:
             command += ["--insecure"]
         if max_retries is not None:

@@ -12,6 +12,7 @@ from metaheuristics import aco, bee_colony, mopso, nsga2, paper_ga, reference, s
 from metaheuristics.archive import PICKS, ParetoArchive
 from metaheuristics.problem import make_instance
 from metaheuristics.result import Assignment
+from metaheuristics.search import Context, drive
 
 _SEARCHES = {
     "nsga2": nsga2,
@@ -24,23 +25,14 @@ _SEARCHES = {
 ALGORITHMS: tuple[str, ...] = (*_SEARCHES, *reference.SOLVERS)
 
 # name -> (lowest, highest, lowest is allowed); integer params are those with int defaults
+_COUNT, _SHARE = (1, None, True), (0.0, 1.0, True)
+_NON_NEGATIVE, _POSITIVE = (0.0, None, True), (0.0, None, False)
 _RANGES = {
-    "pop_size": (1, None, True),
-    "n_gen": (1, None, True),
-    "limit": (1, None, True),
-    "mutation_rate": (0.0, 1.0, True),
-    "crossover_rate": (0.0, 1.0, True),
-    "inertia": (0.0, None, True),
-    "cognitive": (0.0, None, True),
-    "social": (0.0, None, True),
-    "t0": (0.0, None, False),
-    "t_end": (0.0, None, False),
+    **dict.fromkeys(("pop_size", "n_gen", "limit"), _COUNT),
+    **dict.fromkeys(("mutation_rate", "crossover_rate", "evaporation"), _SHARE),
+    **dict.fromkeys(("inertia", "cognitive", "social", "deposit", "alpha", "beta"), _NON_NEGATIVE),
+    **dict.fromkeys(("t0", "t_end", "tau0"), _POSITIVE),
     "cooling": (0.0, 1.0, False),
-    "evaporation": (0.0, 1.0, True),
-    "deposit": (0.0, None, True),
-    "tau0": (0.0, None, False),
-    "alpha": (0.0, None, True),
-    "beta": (0.0, None, True),
 }
 
 _CHOICES = {"crossover": tuple(nsga2.CROSSOVERS)}
@@ -113,12 +105,11 @@ def optimize(
         raise ValueError(f"pick: unknown {pick!r} (known: {', '.join(PICKS)})")
     settings = _check_params(algorithm, params)
     archive = ParetoArchive(instance, pick)
+    ctx = Context(instance, archive, int(seed), settings.pop("pop_size"), settings.pop("n_gen"))
     if algorithm in _SEARCHES:
-        _SEARCHES[algorithm].run(instance, archive, int(seed), **settings)
+        drive(_SEARCHES[algorithm].steps(ctx, **settings), archive)
     else:
-        masks = reference.SOLVERS[algorithm](instance, int(seed))
-        archive.add(masks, *instance.evaluate(masks))
-        archive.record(0)
+        drive(reference.steps(ctx, algorithm), archive)
     best = archive.best()
     seconds = time.perf_counter() - start
     return Assignment(

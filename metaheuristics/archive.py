@@ -39,10 +39,7 @@ def nondominated(importance: np.ndarray, diversity: np.ndarray) -> np.ndarray:
 
 def pick_index(importance: np.ndarray, diversity: np.ndarray, bounds: Bounds, pick: str) -> int:
     """Index of the picked point of a front (see module docstring)."""
-    imp_range = bounds.importance_max - bounds.importance_min
-    div_range = bounds.diversity_max - bounds.diversity_min
-    imp_n = (importance - bounds.importance_min) / (imp_range if imp_range > 0 else 1.0)
-    div_n = (diversity - bounds.diversity_min) / (div_range if div_range > 0 else 1.0)
+    imp_n, div_n = bounds.normalize(importance, diversity)
     weighted = W_IMPORTANCE * imp_n - W_DIVERSITY * div_n
     if pick == "weighted":
         return int(np.argmax(weighted))
@@ -73,8 +70,11 @@ class ParetoArchive:
         imp = np.concatenate((self.importance, importance))
         div = np.concatenate((self.diversity, diversity))
         keep = nondominated(imp, div)
-        self.masks = np.concatenate((self.masks, masks))[keep]
-        self.importance, self.diversity = imp[keep], div[keep]
+        old = keep < len(self.importance)
+        merged = np.empty((len(keep), *masks.shape[1:]), dtype=bool)
+        merged[old] = self.masks[keep[old]]
+        merged[~old] = masks[keep[~old] - len(self.importance)]
+        self.masks, self.importance, self.diversity = merged, imp[keep], div[keep]
 
     def best(self) -> int:
         return pick_index(self.importance, self.diversity, self.bounds, self.pick)

@@ -34,6 +34,14 @@ class Bounds:
     diversity_min: float
     diversity_max: float
 
+    def normalize(self, importance: np.ndarray, diversity: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+        """(importance - min) / range and (diversity - min) / range; a zero range maps to 0."""
+        imp_range = self.importance_max - self.importance_min
+        div_range = self.diversity_max - self.diversity_min
+        imp_n = (np.asarray(importance, dtype=np.float64) - self.importance_min) / (imp_range or 1.0)
+        div_n = (np.asarray(diversity, dtype=np.float64) - self.diversity_min) / (div_range or 1.0)
+        return imp_n, div_n
+
 
 def instance_bounds(instance: Instance) -> Bounds:
     """Exact objective ranges of an instance (see module docstring)."""
@@ -63,16 +71,8 @@ def normalize_front(
     diversity: np.ndarray,
     instance: Instance | tuple[np.ndarray, Sequence[int]],
 ) -> tuple[np.ndarray, np.ndarray]:
-    """Map objectives to [0, 1] by the instance's exact bounds: (importance - min) / range
-    and (diversity - min) / range; a zero range maps to 0."""
-    b = instance_bounds(_as_instance(instance))
-    imp = np.asarray(importance, dtype=np.float64)
-    div = np.asarray(diversity, dtype=np.float64)
-    imp_range = b.importance_max - b.importance_min
-    div_range = b.diversity_max - b.diversity_min
-    imp_n = (imp - b.importance_min) / (imp_range if imp_range > 0 else 1.0)
-    div_n = (div - b.diversity_min) / (div_range if div_range > 0 else 1.0)
-    return imp_n, div_n
+    """Map objectives to [0, 1] by the instance's exact bounds (Bounds.normalize)."""
+    return instance_bounds(_as_instance(instance)).normalize(importance, diversity)
 
 
 def hypervolume(

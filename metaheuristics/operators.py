@@ -1,8 +1,11 @@
 """pymoo operators on the flattened (N * L) binary mask that keep exactly k_i ones per row.
 
 They draw all randomness from the ``random_state`` generator pymoo passes in (seeded by
-``minimize(..., seed=)``), so runs are reproducible. ``problem`` must be a
-``LayerProblem`` (nsga2.py), which carries the validated instance.
+the algorithm's ``seed``), so runs are reproducible. ``problem`` must be a
+``LayerProblem`` (nsga2.py), which carries the validated instance. ``RowCrossover`` and
+``SwapMutation`` work in place on the ``X`` they are given, which pymoo (and ArrayMating)
+always builds fresh for the call: at 10,000 clients a population is 40 MB, and every copy
+saved counts.
 """
 
 from __future__ import annotations
@@ -16,7 +19,8 @@ from pymoo.core.population import Population
 from pymoo.core.sampling import Sampling
 from pymoo.core.variable import get
 
-from metaheuristics.moves import sample_subsets, swap_one, top_k, union_resample
+from metaheuristics.moves import swap_one, union_resample
+from metaheuristics.search import seeded_population
 
 
 def _as_masks(problem, x: np.ndarray) -> np.ndarray:
@@ -25,17 +29,13 @@ def _as_masks(problem, x: np.ndarray) -> np.ndarray:
 
 
 class ImportanceSampling(Sampling):
-    """Initial population: each row gets k_i distinct layers drawn with probability
-    proportional to the client's scores (supplement Algorithm 3; drawn without replacement
-    so the budget is met exactly, where the printed RANDOM_CHOICES may repeat layers).
-    Individual 0 is the clients' own top-k assignment, the LNTK selection that the
-    server step refines (paper §5.2, Fig. 6)."""
+    """Initial population: search.seeded_population, i.e. importance-proportional rows
+    (supplement Algorithm 3; drawn without replacement so the budget is met exactly, where
+    the printed RANDOM_CHOICES may repeat layers) and, as individual 0, the clients' own
+    top-k assignment, the LNTK selection that the server step refines (paper §5.2, Fig. 6)."""
 
     def _do(self, problem, n_samples, *args, random_state=None, **kwargs):
-        inst = problem.instance
-        masks = sample_subsets(inst.sampling_weights, inst.budgets, n_samples, random_state)
-        masks[0] = top_k(inst)
-        return masks.reshape(n_samples, -1)
+        return seeded_population(problem.instance, n_samples, random_state).reshape(n_samples, -1)
 
 
 class RowCrossover(Crossover):
@@ -47,9 +47,11 @@ class RowCrossover(Crossover):
 
     def _do(self, problem, X, *args, random_state=None, **kwargs):
         first, second = _as_masks(problem, X)
-        coin = random_state.random((*first.shape[:2], 1)) < 0.5
-        children = np.stack((np.where(coin, first, second), np.where(coin, second, first)))
-        return children.reshape(X.shape)
+        coin = random_state.random(first.shape[:2]) < 0.5
+        differ = (first ^ second) & coin[..., None]  # swap the coin's rows with two xors
+        first ^= differ
+        second ^= differ
+        return X
 
 
 class UnionCrossover(Crossover):
@@ -74,9 +76,14 @@ class SwapMutation(Mutation):
 
     def _do(self, problem, X, *args, random_state=None, **kwargs):
         inst = problem.instance
-        masks = _as_masks(problem, X)
-        swapped = swap_one(masks, inst.budgets, random_state, inst.sampling_weights)
-        return swapped.reshape(X.shape)
+        swap_one(_as_masks(problem, X), inst.budgets, random_state, inst.sampling_weights, in_place=True)
+        return X
+
+
+def _keys(x: np.ndarray) -> list[int]:
+    """Hash of every row's bits (equal rows, equal keys; a 64-bit collision would only drop
+    one valid child). Packing the bits first makes hashing 8x cheaper."""
+    return [hash(row.tobytes()) for row in np.packbits(x.reshape(len(x), -1), axis=1)]
 
 
 class ExactDuplicates(DuplicateElimination):
@@ -85,14 +92,14 @@ class ExactDuplicates(DuplicateElimination):
     instead of pymoo's O(P^2) distance matrix)."""
 
     def _do(self, pop, other, is_duplicate):
-        keys = [ind.X.tobytes() for ind in pop]
+        keys = _keys(pop.get("X"))
         if other is None:
-            seen: set[bytes] = set()
+            seen: set[int] = set()
             for i, key in enumerate(keys):
                 is_duplicate[i] = key in seen
                 seen.add(key)
         else:
-            known = {ind.X.tobytes() for ind in other}
+            known = set(_keys(other.get("X")))
             is_duplicate[:] = [key in known for key in keys]
         return is_duplicate
 
@@ -112,6 +119,18 @@ def dominance_tournament(pop, P, random_state=None, **kwargs):
     return np.where(a_dom | (~b_dom & wider), a, b)[:, None]
 
 
+def _apply(operator, problem, x: np.ndarray, chosen: np.ndarray, random_state, axis: int) -> None:
+    """Write ``operator`` applied to the ``chosen`` entries of ``x`` (along ``axis``) back
+    into ``x``; with every entry chosen the operator gets ``x`` itself (no gather/scatter)."""
+    if chosen.all():
+        result = operator._do(problem, x, random_state=random_state)
+        if result is not x:
+            x[...] = result
+    elif chosen.any():
+        index = (slice(None),) * axis + (chosen,)
+        x[index] = operator._do(problem, x[index], random_state=random_state)
+
+
 class ArrayMating(InfillCriterion):
     """pymoo's mating step (selection, crossover with probability ``crossover.prob``,
     mutation with probability ``mutation.prob``, removal of duplicates of parents and of
@@ -125,28 +144,30 @@ class ArrayMating(InfillCriterion):
         self.selection, self.crossover, self.mutation = selection, crossover, mutation
 
     def do(self, problem, pop, n_offsprings, random_state=None, **kwargs):
-        parents_x = np.array([ind.X for ind in pop])
-        seen = {x.tobytes() for x in parents_x}
-        offspring: list[np.ndarray] = []
-        for _ in range(self.n_max_iterations):
-            n_matings = -(-(n_offsprings - len(offspring)) // self.crossover.n_offsprings)
+        parents = [ind.X for ind in pop]
+        seen = {key for key in pop.get("key") if key is not None}
+        if len(seen) < len(pop):  # the initial population carries no keys yet
+            seen = set(_keys(np.array(parents)))
+        parts: list[np.ndarray] = []
+        keys: list[int] = []
+        while len(keys) < n_offsprings and len(parts) < self.n_max_iterations:
+            n_matings = -(-(n_offsprings - len(keys)) // self.crossover.n_offsprings)
             mates = self.selection.do(
                 problem, pop, n_matings, n_parents=2, to_pop=False, random_state=random_state, **kwargs
             )
-            x = parents_x[mates.T]
-            children = x.copy()
+            x = np.array([[parents[i] for i in row] for row in mates.T])  # (2, matings, N * L)
             cross = random_state.random(n_matings) < get(self.crossover.prob)
-            if cross.any():
-                children[:, cross] = self.crossover._do(problem, x[:, cross], random_state=random_state)
-            children = children.reshape(-1, x.shape[-1])
+            _apply(self.crossover, problem, x, cross, random_state, axis=1)
+            children = x.reshape(-1, x.shape[-1])
             mutate = random_state.random(len(children)) < get(self.mutation.prob)
-            if mutate.any():
-                children[mutate] = self.mutation._do(problem, children[mutate], random_state=random_state)
-            for child in children:
-                key = child.tobytes()
+            _apply(self.mutation, problem, children, mutate, random_state, axis=0)
+            fresh = []
+            for i, key in enumerate(_keys(children)):
                 if key not in seen:
                     seen.add(key)
-                    offspring.append(child)
-            if len(offspring) >= n_offsprings:
-                break
-        return Population.new("X", np.array(offspring[:n_offsprings]).reshape(-1, parents_x.shape[1]))
+                    fresh.append(i)
+                    keys.append(key)
+            parts.append(children if len(fresh) == len(children) else children[fresh])
+        x = (parts[0] if len(parts) == 1 else np.concatenate(parts))[:n_offsprings]
+        keys = keys[:n_offsprings]
+        return Population.new("X", x, "key", np.array(keys, dtype=object))

@@ -27,11 +27,12 @@ from __future__ import annotations
 
 import math
 import random
+from collections.abc import Iterator
 
 import numpy as np
 
-from metaheuristics.archive import ParetoArchive
 from metaheuristics.problem import Instance
+from metaheuristics.search import Batch, Context
 
 DEFAULTS = {"pop_size": 50, "n_gen": 20, "mutation_rate": 0.5}
 
@@ -163,20 +164,12 @@ def _to_masks(population: list, n_layers: int) -> np.ndarray:
     return masks
 
 
-def run(
-    instance: Instance,
-    archive: ParetoArchive,
-    seed: int,
-    pop_size: int,
-    n_gen: int,
-    mutation_rate: float,
-) -> None:
-    """Run Algorithm 2 for ``n_gen`` generations, feeding ``archive`` every generation."""
-    ga = _PaperGA(instance, seed, pop_size, mutation_rate)
+def steps(ctx: Context, mutation_rate: float) -> Iterator[Batch]:
+    """Algorithm 2 for ``ctx.n_gen`` generations, one batch per generation."""
+    ga = _PaperGA(ctx.instance, ctx.seed, ctx.pop_size, mutation_rate)
     population = ga.initialize_population()
-    for generation in range(n_gen + 1):
+    for generation in range(ctx.n_gen + 1):
         if generation:
             population = ga.next_generation(population)
-        masks = _to_masks(population, instance.n_layers)
-        archive.add(masks, *instance.evaluate(masks))
-        archive.record(generation)
+        masks = _to_masks(population, ctx.instance.n_layers)
+        yield (masks, *ctx.instance.evaluate(masks))

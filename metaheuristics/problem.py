@@ -41,16 +41,11 @@ class Instance:
     def evaluate(self, masks: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
         """(importance, diversity) of a (P, N, L) bool population, each of shape (P,).
 
-        Works on the selected entries only (P * sum k_i of them): one ``flatnonzero`` scan,
-        then weighted and plain ``bincount`` for the importance sums and the layer counts.
+        One ``einsum`` contracts the masks with the scores (importance) and layer_counts
+        gives the (P, L) histogram; each streams the masks once.
         """
-        n_pop, n_layers = masks.shape[0], self.n_layers
-        size = self.scores.size
-        flat = np.flatnonzero(masks)
-        rows, cols = np.divmod(flat, size)
-        importance = np.bincount(rows, weights=self.scores.ravel()[cols], minlength=n_pop)
-        counts = np.bincount(rows * n_layers + cols % n_layers, minlength=n_pop * n_layers)
-        return importance, histogram_std(counts.reshape(n_pop, n_layers))
+        importance = np.einsum("pnl,nl->p", masks, self.scores)
+        return importance, histogram_std(layer_counts(masks))
 
     @cached_property
     def sampling_weights(self) -> np.ndarray:
@@ -58,10 +53,24 @@ class Instance:
         return positive_weights(self.scores)
 
 
+def layer_counts(masks: np.ndarray) -> np.ndarray:
+    """(P, L) int64 selection counts n_l = sum_i m_il of a (P, N, L) bool population.
+
+    Summed as bytes over blocks of 255 clients (a byte cannot overflow within a block) and
+    only then widened, which is about twice as fast as a bool -> int64 sum at 10,000
+    clients.
+    """
+    as_bytes = masks.view(np.uint8)
+    counts = np.zeros((masks.shape[0], masks.shape[2]), dtype=np.int64)
+    for start in range(0, masks.shape[1], 255):
+        counts += np.add.reduce(as_bytes[:, start : start + 255], axis=1, dtype=np.uint8)
+    return counts
+
+
 def histogram_std(counts: np.ndarray) -> np.ndarray:
     """Population std of each row of an integer (P, L) count array, via the exact integer
     numerator L * sum(n^2) - (sum n)^2."""
-    counts = counts.astype(np.int64)
+    counts = np.asarray(counts, dtype=np.int64)
     n_layers = counts.shape[-1]
     total = counts.sum(axis=-1)
     numerator = n_layers * (counts * counts).sum(axis=-1) - total * total

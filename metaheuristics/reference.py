@@ -11,10 +11,13 @@ parameters to every algorithm.
 
 from __future__ import annotations
 
+from collections.abc import Iterator
+
 import numpy as np
 
 from metaheuristics.moves import take_smallest, top_k
 from metaheuristics.problem import Instance
+from metaheuristics.search import Batch, Context
 
 DEFAULTS = {"pop_size": 50, "n_gen": 20}
 
@@ -34,3 +37,9 @@ def last(instance: Instance, seed: int) -> np.ndarray:
 
 
 SOLVERS = {"topk": topk, "random": random, "last": last}
+
+
+def steps(ctx: Context, name: str) -> Iterator[Batch]:
+    """The one solution of reference ``name`` as a single batch (iteration 0)."""
+    masks = SOLVERS[name](ctx.instance, ctx.seed)
+    yield (masks, *ctx.instance.evaluate(masks))

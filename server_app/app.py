@@ -2,7 +2,9 @@
 
 from __future__ import annotations
 
+import os
 import time
+from dataclasses import dataclass, field
 from logging import ERROR, INFO
 from pathlib import Path
 
@@ -11,14 +13,13 @@ from flwr.serverapp import Grid, ServerApp
 from flwr.supercore import log
 
 import tasks
-from server_app.config import ConfigError, RunConfig, parse_budgets
 from server_app.results import Recorder, load_checkpoint
-from strategies import FIXED_RULES, LayerSelectionStrategy, make_rule
-from strategies.records import to_record
-from tasks.scores import BASELINE_SCORERS
+from settings import ConfigError, RunConfig, check_budgets, check_model_here
+from strategies import AGGREGATIONS, SELECTIONS, LayerSelectionStrategy, make_rule
+from strategies.records import State, to_record
 
 app = ServerApp()
-STRATEGIES = (*FIXED_RULES, *BASELINE_SCORERS)
+STRATEGIES = tuple(SELECTIONS)
 
 
 def run_directory(config: RunConfig) -> Path:
@@ -33,29 +34,66 @@ def run_directory(config: RunConfig) -> Path:
     return path.expanduser().resolve()
 
 
-def check_budgets(config: RunConfig, num_layers: int, num_nodes: int) -> None:
-    """Budgets must fit the model (1..L) and not outnumber the connected clients.
+@dataclass(frozen=True)
+class RunPlan:
+    """What the server settles before round 1: the model's layers, the initial adapters, the run
+    directory and, for a resumed run, the round to start from and the clients' stored models."""
 
-    On the Deployment Engine, where sites declare ``layer-budget`` themselves, set ``budgets = ""``.
+    layer_names: list[str]
+    initial: State
+    run_dir: Path
+    start_round: int = 1
+    personal: dict[int, State] = field(default_factory=dict)
+
+
+def plan_run(config: RunConfig) -> RunPlan:
+    """Every check the server can make before round 1 (ConfigError names the key): the model
+    builds, the ``budgets`` entries fit its layers, the run directory is free or resumable.
+
+    Budgets are indexed by partition id and cycled (`settings.budgets`), so any number of
+    clients is fine; on the Deployment Engine sites may declare ``layer-budget`` themselves.
     """
-    budgets = parse_budgets(config.budgets)
-    too_big = [b for b in budgets if b != "auto" and b > num_layers]
-    if too_big:
-        raise ConfigError(f"budgets = {config.budgets!r}: {too_big[0]} exceeds the model's "
-                          f"{num_layers} selectable layers")
-    if len(budgets) > num_nodes:
-        raise ConfigError(f"budgets = {config.budgets!r} lists {len(budgets)} budgets for "
-                          f"{num_nodes} clients")
+    check_model_here(config.model)
+    try:
+        model = tasks.build_model(config.model, 1, adapter=config.adapter,
+                                  lora_rank=config.lora_rank, seed=config.seed)
+    except (ValueError, OSError, KeyError, RuntimeError) as err:
+        raise ConfigError(f"model = {config.model!r} cannot be built: {err}") from None
+    layer_names = list(model.layer_names)
+    initial = tasks.get_layer_state(model, range(len(layer_names)))
+    del model
+    check_budgets(config.budgets, len(layer_names))
+    run_dir = run_directory(config)
+    existing = next(p for p in (run_dir, *run_dir.parents) if p.exists())
+    if not (existing.is_dir() and os.access(existing, os.W_OK | os.X_OK)):
+        key, value = ("resume-from", config.resume_from) if config.resume_from else ("results-dir",
+                                                                                   config.results_dir)
+        raise ConfigError(f"{key} = {value!r}: cannot write {run_dir} ({existing} is not a writable folder)")
+    if config.resume_from:
+        try:
+            done, initial, personal = load_checkpoint(run_dir)
+        except (ValueError, OSError, KeyError) as err:
+            reason = str(err)
+            raise ConfigError(reason if reason.startswith("resume-from") else
+                              f"resume-from = {config.resume_from!r}: {reason}") from None
+        return RunPlan(layer_names, initial, run_dir, done + 1, personal)
+    if (run_dir / "rounds.jsonl").exists():
+        raise ConfigError(f"run-name = {config.run_name!r}: {run_dir} already holds a run; "
+                          "pick another run-name or set resume-from")
+    return RunPlan(layer_names, initial, run_dir)
 
 
 def build_strategy(config: RunConfig, num_layers: int, recorder: Recorder) -> LayerSelectionStrategy:
-    """The strategy of ``config.strategy`` with the run's training and scoring settings."""
+    """The one round of every run (`strategies.layer_selection`) with its two axes from the run
+    config: the selection rule of ``strategy`` (`strategies.selection.SELECTIONS`) and the
+    aggregator of ``aggregation`` (`strategies.aggregation.AGGREGATIONS`), plus the run's training
+    and scoring settings."""
     rule = make_rule(config.strategy, config.optimizer,
                      {"pop_size": config.optimizer_pop_size, "n_gen": config.optimizer_generations,
-                      "pick": config.optimizer_pick},
-                     scorers=BASELINE_SCORERS)
+                      "pick": config.optimizer_pick})
     return LayerSelectionStrategy(
         rule, num_layers,
+        aggregator=AGGREGATIONS[config.aggregation],
         train_config={"local-steps": config.local_steps, "batch-size": config.batch_size,
                       "head-lr": config.head_lr, "weight-decay": config.weight_decay},
         score_config={"score-mode": config.score_mode, "score-batch-size": config.score_batch_size},
@@ -75,33 +113,21 @@ def main(grid: Grid, context: Context) -> None:
     """Validate everything before round 1, then run (or resume) the federation."""
     try:
         config = RunConfig.from_mapping(context.run_config, strategies=STRATEGIES)
-        model = tasks.build_model(config.model, 1, adapter=config.adapter,
-                                  lora_rank=config.lora_rank, seed=config.seed)
-        layer_names = list(model.layer_names)
-        num_layers = len(layer_names)
-        initial = tasks.get_layer_state(model, range(num_layers))
-        del model
-        check_budgets(config, num_layers, max(len(list(grid.get_node_ids())), config.min_nodes))
-        run_dir = run_directory(config)
-        start_round, personal = 1, {}
-        if config.resume_from:
-            done, initial, personal = load_checkpoint(run_dir)
-            start_round = done + 1
-        elif (run_dir / "rounds.jsonl").exists():
-            raise ConfigError(f"run-name = {config.run_name!r}: {run_dir} already holds a run; "
-                              "pick another run-name or set resume-from")
-    except (ConfigError, ValueError, FileNotFoundError) as err:
+        plan = plan_run(config)
+    except ConfigError as err:
         log(ERROR, "Invalid run configuration: %s", err)
         # Not SystemExit: Flower's ServerApp runner catches Exception only, and a SystemExit skips
         # its exit handler, so on the Deployment Engine the log would never reach `flwr run --stream`.
         raise ConfigError(f"Invalid run configuration: {err}") from None
 
-    recorder = Recorder(run_dir, config.num_server_rounds, layer_names,
-                        progress_bar=config.progress_bar, first_round=start_round)
+    run_dir = plan.run_dir
+    recorder = Recorder(run_dir, config.num_server_rounds, plan.layer_names,
+                        progress_bar=config.progress_bar, first_round=plan.start_round)
     recorder.write_config(config.to_dict())
-    log(INFO, "Results: %s (rounds %d..%d)", run_dir, start_round, config.num_server_rounds)
-    strategy = build_strategy(config, num_layers, recorder)
-    strategy.start(grid, to_record(initial), num_rounds=config.num_server_rounds,
-                   timeout=config.round_timeout, start_round=start_round, personal=personal)
+    log(INFO, "Results: %s (rounds %d..%d)", run_dir, plan.start_round, config.num_server_rounds)
+    strategy = build_strategy(config, len(plan.layer_names), recorder)
+    strategy.start(grid, to_record(plan.initial), num_rounds=config.num_server_rounds,
+                   timeout=config.round_timeout, start_round=plan.start_round,
+                   personal=plan.personal)
     recorder.finish(strategy.global_state)
     log(INFO, "Final global adapters: %s", run_dir / "adapters.safetensors")

@@ -27,9 +27,7 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 
-from server_app.config import PROJECT_ROOT, ConfigError, RunConfig
-from tasks.data.mixed import PREFIX as MIXED_PREFIX
-from tasks.data.mixed import parse_mixed
+from settings import PROJECT_ROOT, ConfigError, RunConfig
 
 RUNS, CONFIGS, LOGS = "runs", "configs", "logs"
 EXPERIMENT_FILE = "experiment.json"
@@ -85,20 +83,7 @@ def validate(base: dict[str, object], specs: Sequence[RunSpec], experiment_dir: 
              strategies: tuple[str, ...]) -> None:
     """Every run's config is checked before the first run starts (ConfigError names the key)."""
     for spec in specs:
-        check_values(run_values(base, spec, experiment_dir), strategies)
-
-
-def check_values(values: dict[str, object], strategies: tuple[str, ...]) -> RunConfig:
-    """`RunConfig.from_mapping`, plus every component of a ``mixed:<a>+<b>`` data set."""
-    config = RunConfig.from_mapping(values, strategies=strategies)
-    if config.dataset.startswith(MIXED_PREFIX):
-        try:
-            parts = parse_mixed(config.dataset)
-        except ValueError as err:
-            raise ConfigError(str(err)) from None
-        for part in parts:
-            RunConfig.from_mapping({**values, "dataset": part}, strategies=strategies)
-    return config
+        RunConfig.from_mapping(run_values(base, spec, experiment_dir), strategies=strategies)
 
 
 def incomplete(run_dir: Path, num_rounds: int) -> str | None:
@@ -106,10 +91,15 @@ def incomplete(run_dir: Path, num_rounds: int) -> str | None:
     the last one evaluated by at least one client (a run whose every client failed is run again),
     final adapters written."""
     rounds = run_dir / "rounds.jsonl"
-    lines = rounds.read_text().splitlines() if rounds.exists() else []
-    if len(lines) < num_rounds:
-        return f"only {len(lines)} of {num_rounds} rounds completed"
-    if not json.loads(lines[-1]).get("evaluate"):
+    logged = []
+    for line in rounds.read_text().splitlines() if rounds.exists() else []:
+        try:
+            logged.append(json.loads(line))
+        except json.JSONDecodeError:  # cut short by a kill during its append
+            break
+    if len(logged) < num_rounds:
+        return f"only {len(logged)} of {num_rounds} rounds completed"
+    if not logged[-1].get("evaluate"):
         return "no client evaluated the last round; see the log above"
     if not (run_dir / "adapters.safetensors").exists():
         return "no final adapters were written"

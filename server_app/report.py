@@ -29,8 +29,8 @@ from pathlib import Path
 
 import numpy as np
 
-from server_app.config import parse_budgets
 from server_app.experiments import EXPERIMENT_FILE, RUNS, is_complete
+from settings import parse_budgets
 
 MB = 1e6
 

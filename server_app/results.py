@@ -6,8 +6,17 @@ Files:
 - ``clients.jsonl``: one line per client per round: eigenvalues, scores, budget, mask, bytes
   down/up, train and evaluation metrics;
 - ``fronts.jsonl``: the optimiser's Pareto front and picked solution per round (F3OCUS);
-- ``checkpoint/``: global (and per-client) adapters + ``state.json`` after every round,
-  written atomically; ``adapters.safetensors``: the final global adapters.
+- ``checkpoint/``: after every round, ``global-<round>.safetensors`` (and
+  ``personal-<node>-<round>.safetensors``) and ``state.json`` naming the round and its files;
+  ``adapters.safetensors``: the final global adapters.
+
+The checkpoint is atomic as a set: a round's adapter files get new names, ``state.json`` is
+replaced (``os.replace``) only once they are all written, and the previous round's files are
+deleted only after that. A kill at any instant therefore leaves a ``state.json`` that names a
+complete set of files of one round; files of a round it does not name are leftovers and ignored.
+On resume, log lines of rounds after the checkpoint, and a line cut short by a kill during its
+append, are dropped. Checkpoints of the older layout (``global.safetensors``,
+``personal-<node>.safetensors`` and ``"personal": [nodes]`` in ``state.json``) still load.
 """
 
 from __future__ import annotations
@@ -26,6 +35,7 @@ from strategies.layer_selection import weighted_means
 from strategies.records import State
 
 CHECKPOINT = "checkpoint"
+STATE_FILE = "state.json"
 MB = 1e6
 
 
@@ -131,13 +141,21 @@ class Recorder:
 
     def checkpoint(self, server_round: int, global_state: State, personal: dict[int, State]
                    ) -> None:
-        """Global and per-client adapters first, then ``state.json`` naming the round."""
+        """This round's adapter files under new names, then ``state.json`` naming them, then the
+        files of earlier rounds are pruned (see the module doc: atomic as a set)."""
         directory = self.run_dir / CHECKPOINT
-        _save_state(directory / "global.safetensors", global_state)
+        files = {"global": f"global-{server_round}.safetensors",
+                 "personal": {str(node): f"personal-{node}-{server_round}.safetensors"
+                              for node in sorted(personal)}}
+        _save_state(directory / files["global"], global_state)
         for node, state in personal.items():
-            _save_state(directory / f"personal-{node}.safetensors", state)
-        state = {"round": server_round, "personal": sorted(personal)}
-        _atomic_write(directory / "state.json", lambda tmp: tmp.write_text(json.dumps(state)))
+            _save_state(directory / files["personal"][str(node)], state)
+        text = json.dumps({"round": server_round, **files})
+        _atomic_write(directory / STATE_FILE, lambda tmp: tmp.write_text(text))
+        keep = {STATE_FILE, files["global"], *files["personal"].values()}
+        for path in directory.iterdir():
+            if path.name not in keep:
+                path.unlink(missing_ok=True)
 
     def finish(self, global_state: State) -> None:
         _save_state(self.run_dir / "adapters.safetensors", global_state)
@@ -145,21 +163,36 @@ class Recorder:
             self.bar.close()
 
 
+def _checkpoint_files(state: dict) -> tuple[str, dict[int, str]]:
+    """The global and per-client file names a ``state.json`` names (new or older layout)."""
+    if "global" in state:
+        return state["global"], {int(n): name for n, name in state["personal"].items()}
+    return "global.safetensors", {int(n): f"personal-{n}.safetensors" for n in state["personal"]}
+
+
 def load_checkpoint(run_dir: Path) -> tuple[int, State, dict[int, State]]:
     """Last completed round, its global adapters and per-client states; trims later log lines."""
     directory = run_dir / CHECKPOINT
-    state_file = directory / "state.json"
+    state_file = directory / STATE_FILE
     if not state_file.exists():
         raise FileNotFoundError(f"resume-from = {str(run_dir)!r}: no checkpoint at {state_file}")
     state = json.loads(state_file.read_text())
     done = int(state["round"])
-    global_state = load_file(str(directory / "global.safetensors"))
-    personal = {int(n): load_file(str(directory / f"personal-{n}.safetensors"))
-                for n in state["personal"]}
+    global_file, personal_files = _checkpoint_files(state)
+    global_state = load_file(str(directory / global_file))
+    personal = {node: load_file(str(directory / name)) for node, name in personal_files.items()}
     for name in ("rounds.jsonl", "clients.jsonl", "fronts.jsonl"):
         path = run_dir / name
         if path.exists():  # drop lines of a round that ran after the checkpoint but did not finish
-            lines = [ln for ln in path.read_text().splitlines() if json.loads(ln)["round"] <= done]
+            lines = [ln for ln in path.read_text().splitlines() if _round_of(ln) <= done]
             _atomic_write(path, lambda tmp, lines=lines: tmp.write_text(
                 "".join(ln + "\n" for ln in lines)))
     return done, global_state, personal
+
+
+def _round_of(line: str) -> float:
+    """The round of a log line; infinite for a line cut short by a kill during its append."""
+    try:
+        return json.loads(line)["round"]
+    except (json.JSONDecodeError, KeyError, TypeError):
+        return float("inf")

@@ -1,14 +1,20 @@
-"""Flower strategies for layer-selecting federated fine-tuning (F3OCUS and baselines)."""
+"""Flower strategies for layer-selecting federated fine-tuning (F3OCUS and baselines).
 
-from strategies.aggregation import AGGREGATORS, Aggregate, Aggregator, ClientUpdate, masked_fedavg
+A run has two independent axes, each a registry of small modules:
+- `strategies.selection` (`SELECTIONS`): which layers each client trains (run config ``strategy``);
+- `strategies.aggregation` (`AGGREGATIONS`): how their updates are combined (``aggregation``).
+`strategies.layer_selection` is the one Flower strategy that runs a round with any pair of them.
+"""
+
+from strategies.aggregation import AGGREGATIONS, Aggregate, Aggregator, ClientUpdate, masked_fedavg
 from strategies.layer_selection import QUERY_LNTK, LayerSelectionStrategy, RoundLog
-from strategies.selection import FIXED_RULES, SelectionRule, make_rule
+from strategies.selection import SELECTIONS, SelectionRule, make_rule
 from strategies.validation import LayerReport, Rejected
 
 __all__ = [
-    "AGGREGATORS",
-    "FIXED_RULES",
+    "AGGREGATIONS",
     "QUERY_LNTK",
+    "SELECTIONS",
     "Aggregate",
     "Aggregator",
     "ClientUpdate",

@@ -1,13 +1,21 @@
-"""The layer-selecting Flower strategy (F3OCUS and the selection baselines that share its round).
+"""The layer-selecting Flower strategy: the one round every run shares, whatever its two axes.
 
-One round (paper Fig. 4):
-1. ``query.lntk`` to the sampled clients with the current global adapters; each replies with the
-   principal LNTK eigenvalue of every layer (or another score), its budget and example count;
-2. replies are validated, a bad one is logged and its client sits the round out;
-3. the selection rule turns scores and budgets into one mask per client (paper Eq. 21 for F3OCUS);
-4. each client gets its own train message with its mask and returns only the trained layers;
+`server_app.app.build_strategy` picks the axes from the run config: the selection rule
+(``strategy``, `strategies.selection`) and the aggregator (``aggregation``,
+`strategies.aggregation`). One round (paper Fig. 4):
+1. ``query.lntk`` to the sampled clients with the current global adapters; each replies
+   (`client_app.app.lntk` -> `tasks.scores`) with the principal LNTK eigenvalue of every layer (or
+   the rule's other score; zeros when the rule needs none), its budget and example count;
+2. replies are validated (`strategies.validation`), a bad one is logged (once per node and reason,
+   however many rounds it repeats, e.g. a node that cannot use a setting) and its client sits the
+   round out;
+3. the selection rule turns scores and budgets into one mask per client (paper Eq. 21 for F3OCUS;
+   all empty for ``none``);
+4. each client gets its own train message with its mask (`client_app.app.train` -> `tasks.train`)
+   and returns only the trained layers' adapters (none for an empty mask);
 5. the aggregator (masked FedAvg by default) merges the updates per layer;
-6. every sampled client evaluates the new global adapters with its own head.
+6. every sampled client evaluates the new global adapters with its own head
+   (`client_app.app.evaluate` -> `tasks.evaluate`).
 """
 
 from __future__ import annotations
@@ -16,7 +24,7 @@ import random
 import time
 from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass, field
-from logging import INFO, WARNING
+from logging import DEBUG, INFO, WARNING
 
 import numpy as np
 from flwr.app import ArrayRecord, ConfigRecord, Message, MessageType, MetricRecord, RecordDict
@@ -60,11 +68,18 @@ class RoundLog:
     eval_metrics: dict[int, dict] = field(default_factory=dict)
     seconds: dict[str, float] = field(default_factory=lambda: dict.fromkeys(PHASES, 0.0))
     aggregated: bool = False
+    logged: set[tuple[int, str]] = field(default_factory=set, repr=False)  # shared across rounds
 
     def reject(self, node_id: int, stage: str, reason: str) -> None:
-        log(WARNING, "round %d: %s reply from node %d rejected: %s",
-            self.server_round, stage, node_id, reason)
+        """Record a rejected reply; log it unless this node gave the same reason before."""
         self.rejected.append({"node": node_id, "stage": stage, "reason": reason})
+        if (node_id, reason) in self.logged:
+            log(DEBUG, "round %d: %s reply from node %d rejected again: %s",
+                self.server_round, stage, node_id, reason)
+            return
+        self.logged.add((node_id, reason))
+        log(WARNING, "round %d: %s reply from node %d rejected: %s (shown once per node and reason)",
+            self.server_round, stage, node_id, reason)
 
     def add_bytes(self, direction: dict[int, int], node_id: int, count: int) -> None:
         direction[node_id] = direction.get(node_id, 0) + count
@@ -125,7 +140,9 @@ class LayerSelectionStrategy(Strategy):
         self.on_round_end = on_round_end
         self.global_state: State = {}
         self.personal: dict[int, State] = {}
-        self.round_log = RoundLog(0)
+        self.logged: set[tuple[int, str]] = set()  # (node, reason) pairs already logged
+        self.budgets_seen: dict[int, int] = {}  # partition id -> budget last logged
+        self.round_log = RoundLog(0, logged=self.logged)
         self.timeout: float | None = None
 
     # ------------------------------------------------------------------ helpers
@@ -185,7 +202,16 @@ class LayerSelectionStrategy(Strategy):
                 self.round_log.reject(msg.metadata.src_node_id, "scores", str(err))
         reports.sort(key=lambda r: r.node_id)
         self.round_log.reports = {r.node_id: r for r in reports}
+        self._log_budgets(server_round, reports)
         return reports
+
+    def _log_budgets(self, server_round: int, reports: Sequence[LayerReport]) -> None:
+        """Log the budgets the clients reported, by partition id, when any is new or changed."""
+        budgets = {r.partition_id: r.budget for r in reports}
+        if any(self.budgets_seen.get(pid) != k for pid, k in budgets.items()):
+            self.budgets_seen.update(budgets)
+            log(INFO, "round %d: layer budgets by partition id: %s", server_round,
+                ", ".join(f"{pid}: {k}" for pid, k in sorted(budgets.items())))
 
     def assign_layers(self, server_round: int, reports: Sequence[LayerReport]) -> dict[int, np.ndarray]:
         """Step 3: one mask per reporting client from the selection rule."""
@@ -307,7 +333,7 @@ class LayerSelectionStrategy(Strategy):
         self.summary()
         result = Result()
         for server_round in range(start_round, num_rounds + 1):
-            self.round_log = RoundLog(server_round)
+            self.round_log = RoundLog(server_round, logged=self.logged)
             messages = list(self.configure_train(
                 server_round, to_record(self.global_state), ConfigRecord(dict(train_config or {})),
                 grid))

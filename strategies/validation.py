@@ -158,6 +158,8 @@ def check_update(msg: Message, global_state: State, assigned: Iterable[int],
                  expected_examples: int | None = None) -> ClientUpdate:
     """Validate a train reply: exactly the assigned layers' arrays, exact shapes/dtypes, finite.
 
+    An empty assignment (``strategy = "none"``: heads only) expects an empty ``ArrayRecord``.
+
     ``expected_examples`` (the count the client gave with its scores) must match the count it
     trains with, so a client cannot inflate its FedAvg weight after the selection.
     """
@@ -166,9 +168,9 @@ def check_update(msg: Message, global_state: State, assigned: Iterable[int],
     num_examples = _int_metric(metrics, "num-examples", 1)
     _finite_metrics(metrics)
     record = content.get(ARRAYS_KEY) if ARRAYS_KEY in content.array_records else None
-    if not isinstance(record, ArrayRecord) or len(record) == 0:
-        raise Rejected(f"reply has no ArrayRecord '{ARRAYS_KEY}'")
     allowed = set(assigned)
+    if not isinstance(record, ArrayRecord) or (len(record) == 0 and allowed):
+        raise Rejected(f"reply has no ArrayRecord '{ARRAYS_KEY}'")
     for key, array in record.items():
         if key not in global_state:
             raise Rejected(f"unknown array key {key!r}")
@@ -197,7 +199,8 @@ def check_update(msg: Message, global_state: State, assigned: Iterable[int],
     if expected_examples is not None and num_examples != expected_examples:
         raise Rejected(f"'num-examples' = {num_examples} differs from the {expected_examples} "
                        "reported with the scores")
-    return ClientUpdate(node_id=msg.metadata.src_node_id, state=state, num_examples=num_examples)
+    return ClientUpdate(node_id=msg.metadata.src_node_id, state=state, num_examples=num_examples,
+                        metrics=dict(metrics))
 
 
 def check_evaluation(msg: Message) -> dict:

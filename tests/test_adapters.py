@@ -7,26 +7,17 @@ import pytest
 import torch
 from peft.tuners.lora import LoraLayer
 
-from tasks import (
-    build_model,
-    freeze_except,
-    get_layer_state,
-    get_personal_state,
-    layer_of_key,
-    layer_parameter_names,
-    set_layer_state,
-    set_personal_state,
-)
+import tasks
 
 
 @pytest.fixture
 def model():
-    return build_model("tiny-vilt", num_outputs=5)
+    return tasks.build_model("tiny-vilt", num_outputs=5)
 
 
 def test_lora_in_every_layer_on_every_linear(model):
     for layer in range(len(model.layer_names)):
-        names = layer_parameter_names(model, layer)
+        names = tasks.layer_parameter_names(model, layer)
         assert names and all("lora_A" in n or "lora_B" in n for n in names)
         assert all(n.startswith(model.layer_names[layer] + ".") for n in names)
         # 6 linears per ViLT block (q, k, v, attention out, intermediate, output) x (A, B)
@@ -36,33 +27,33 @@ def test_lora_in_every_layer_on_every_linear(model):
 
 
 def test_layer_adapter_unit_is_the_layers_own_weights():
-    model = build_model("tiny-vilt", 5, adapter="layer")
+    model = tasks.build_model("tiny-vilt", 5, adapter="layer")
     assert not any("lora_" in n for n, _ in model.named_parameters())
-    names = layer_parameter_names(model, 2)
+    names = tasks.layer_parameter_names(model, 2)
     prefix = "backbone.encoder.layer.2."
     expected = [n for n, _ in model.named_parameters() if n.startswith(prefix)]
     assert names == expected and len(names) == 16  # 6 linears x (w, b) + 2 LayerNorms x (w, b)
 
 
 def test_layer_state_round_trips_exactly(model):
-    state = get_layer_state(model, [1, 3])
-    assert {layer_of_key(k) for k in state} == {1, 3}
+    state = tasks.get_layer_state(model, [1, 3])
+    assert {tasks.layer_of_key(k) for k in state} == {1, 3}
     assert all(isinstance(v, np.ndarray) for v in state.values())
-    other = build_model("tiny-vilt", 5, seed=9)
+    other = tasks.build_model("tiny-vilt", 5, seed=9)
     changed = {k: v + np.float32(0.25) for k, v in state.items()}
-    set_layer_state(other, changed)
-    back = get_layer_state(other, [1, 3])
+    tasks.set_layer_state(other, changed)
+    back = tasks.get_layer_state(other, [1, 3])
     assert back.keys() == changed.keys()
     assert all(np.array_equal(back[k], changed[k]) for k in back)
     assert all(back[k].dtype == np.float32 for k in back)
     # get returns copies: mutating them does not touch the model
     back[next(iter(back))][...] = 7.0
-    assert not np.array_equal(get_layer_state(other, [1])[next(iter(back))], back[next(iter(back))])
+    assert not np.array_equal(tasks.get_layer_state(other, [1])[next(iter(back))], back[next(iter(back))])
 
 
 def test_set_layer_state_validates_everything_before_writing(model):
-    state = get_layer_state(model, [0])
-    before = get_layer_state(model, range(4))
+    state = tasks.get_layer_state(model, [0])
+    before = tasks.get_layer_state(model, range(4))
     altered = {k: v + np.float32(1) for k, v in state.items()}  # valid, would change the model
     key = next(iter(state))
     bad_entries = [
@@ -76,46 +67,46 @@ def test_set_layer_state_validates_everything_before_writing(model):
     ]
     for bad_key, bad_value, message in bad_entries:
         with pytest.raises(ValueError, match=message):
-            set_layer_state(model, {**altered, bad_key: bad_value})
-        after = get_layer_state(model, range(4))
+            tasks.set_layer_state(model, {**altered, bad_key: bad_value})
+        after = tasks.get_layer_state(model, range(4))
         assert all(np.array_equal(after[k], before[k]) for k in before)
 
 
 def test_layer_of_key():
-    assert layer_of_key("12:backbone.encoder.layer.12.x.lora_A.default.weight") == 12
+    assert tasks.layer_of_key("12:backbone.encoder.layer.12.x.lora_A.default.weight") == 12
     for bad in ("backbone.x", ":x", "3:", "-1:x", 5):
         with pytest.raises(ValueError, match="layer state key"):
-            layer_of_key(bad)
+            tasks.layer_of_key(bad)
 
 
 def test_personal_state_round_trips_and_validates(model):
-    state = get_personal_state(model)
+    state = tasks.get_personal_state(model)
     assert set(state) == {"head.weight", "head.bias"}
-    other = build_model("tiny-vilt", 5, seed=1)
-    set_personal_state(other, state)
-    assert all(np.array_equal(get_personal_state(other)[k], v) for k, v in state.items())
+    other = tasks.build_model("tiny-vilt", 5, seed=1)
+    tasks.set_personal_state(other, state)
+    assert all(np.array_equal(tasks.get_personal_state(other)[k], v) for k, v in state.items())
     with pytest.raises(ValueError, match="not a personal parameter"):
-        set_personal_state(other, {"backbone.pooler.dense.weight": np.zeros((32, 32), np.float32)})
+        tasks.set_personal_state(other, {"backbone.pooler.dense.weight": np.zeros((32, 32), np.float32)})
     with pytest.raises(ValueError, match="has shape"):
-        set_personal_state(other, {"head.bias": np.zeros(4, np.float32)})
+        tasks.set_personal_state(other, {"head.bias": np.zeros(4, np.float32)})
 
 
 def test_freeze_except_and_mask_validation(model):
     mask = np.array([False, True, False, True])
-    freeze_except(model, mask)
+    tasks.freeze_except(model, mask)
     trainable = {n for n, p in model.named_parameters() if p.requires_grad}
-    expected = set(layer_parameter_names(model, 1)) | set(layer_parameter_names(model, 3))
+    expected = set(tasks.layer_parameter_names(model, 1)) | set(tasks.layer_parameter_names(model, 3))
     assert trainable == expected | {"head.weight", "head.bias"}
-    freeze_except(model, np.array([0, 1, 0, 0]))  # 0/1 integers are accepted
+    tasks.freeze_except(model, np.array([0, 1, 0, 0]))  # 0/1 integers are accepted
     assert {n for n, p in model.named_parameters() if p.requires_grad} == set(
-        layer_parameter_names(model, 1)
+        tasks.layer_parameter_names(model, 1)
     ) | {"head.weight", "head.bias"}
     with pytest.raises(ValueError, match="length-4 array"):
-        freeze_except(model, np.ones(3, bool))
+        tasks.freeze_except(model, np.ones(3, bool))
     with pytest.raises(ValueError, match="dtype float64"):
-        freeze_except(model, np.ones(4))
+        tasks.freeze_except(model, np.ones(4))
     with pytest.raises(ValueError, match="dtype int64"):
-        freeze_except(model, np.array([0, 2, 0, 1]))
+        tasks.freeze_except(model, np.array([0, 2, 0, 1]))
 
 
 def test_minilm_effnet_lora_targets_cover_image_stage_convs(minilm):
@@ -128,9 +119,9 @@ def test_minilm_effnet_lora_targets_cover_image_stage_convs(minilm):
     assert not any("depthwise" in n for n in adapted)
     assert len(minilm.layer_names) == 13
     for layer in range(13):
-        assert layer_parameter_names(minilm, layer)
+        assert tasks.layer_parameter_names(minilm, layer)
 
 
 @pytest.fixture(scope="module")
 def minilm():
-    return build_model("minilm-effnet", 13)
+    return tasks.build_model("minilm-effnet", 13)

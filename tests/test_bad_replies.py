@@ -325,3 +325,51 @@ def test_every_rejection_is_logged_with_its_reason(caplog):
     lines = [r.getMessage() for r in caplog.records]
     assert any("round 1: train reply from node 101 rejected" in ln and "NaN or inf" in ln
                for ln in lines), lines
+
+
+# ---------------------------------------------------------------------- a node that cannot serve
+NODE_ERROR = "node config device = 'cuda:3' is not usable here: no such CUDA device (1 available)"
+
+
+def refuses(reply: Message, msg: Message) -> list[Message]:
+    """What the ClientApp answers when a setting is unusable on its node (`client_app.replies`)."""
+    return [Message(Error(code=ErrorCode.CLIENT_APP_RAISED_EXCEPTION, reason=NODE_ERROR), reply_to=msg)]
+
+
+def run_rounds(tamper: dict[tuple[int, str], Tamper], rounds: int, min_nodes: int = 1
+               ) -> tuple[LayerSelectionStrategy, list[RoundLog]]:
+    logs: list[RoundLog] = []
+    strategy = LayerSelectionStrategy(make_rule("lntk", "nsga2", {}), L, seed=0, min_nodes=min_nodes,
+                                      on_round_end=lambda log, state, personal: logs.append(log))
+    strategy.start(FleetGrid(tamper), to_record(initial_state()), num_rounds=rounds, timeout=5)
+    return strategy, logs
+
+
+def test_a_node_error_is_logged_once_per_node_and_recorded_every_round(caplog):
+    bad = 100 + BAD
+    tamper = {(bad, kind): refuses for kind in (QUERY_LNTK, "train", "evaluate")}
+    with caplog.at_level(logging.WARNING):
+        strategy, logs = run_rounds(tamper, rounds=3)
+    lines = [r.getMessage() for r in caplog.records if f"node {bad}" in r.getMessage()]
+    assert len(lines) == 1 and NODE_ERROR in lines[0], lines
+    for log in logs:  # every round: refused scores and evaluation, the others trained
+        assert [(r["node"], r["stage"]) for r in log.rejected] == [(bad, "scores"), (bad, "evaluate")]
+        assert all(NODE_ERROR in r["reason"] for r in log.rejected)
+        assert log.aggregated and sorted(log.masks) == [100, 102]
+
+
+def test_min_nodes_decides_whether_a_round_without_the_failing_node_aggregates():
+    tamper = {(100 + BAD, kind): refuses for kind in (QUERY_LNTK, "train", "evaluate")}
+    strategy, logs = run_rounds(tamper, rounds=1, min_nodes=3)
+    assert not logs[0].aggregated
+    for key, value in strategy.global_state.items():
+        np.testing.assert_array_equal(value, initial_state()[key])
+    _, logs = run_rounds(tamper, rounds=1, min_nodes=2)
+    assert logs[0].aggregated
+
+
+def test_the_budgets_clients_report_are_logged_once_while_unchanged(caplog):
+    with caplog.at_level(logging.INFO):
+        run_rounds({}, rounds=2)
+    lines = [r.getMessage() for r in caplog.records if "layer budgets" in r.getMessage()]
+    assert lines == ["round 1: layer budgets by partition id: 0: 2, 1: 3, 2: 4"]

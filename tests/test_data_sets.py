@@ -25,15 +25,18 @@ def _check_samples(samples: list[Sample], labels: list[str], task: str) -> None:
             assert set(np.unique(s.target)) <= {0.0, 1.0}
 
 
-def test_datasets_constant_lists_every_data_set():
-    assert DATASETS == (
-        "easy-vqa",
-        "easy-vqa-modalities",
-        "synthetic",
-        "synthetic-multilabel",
-        "medmnist-vqa:<dir>",
-        "mixed:<dataset>+<dataset>[+...]",
-    )
+def test_datasets_constant_names_exactly_the_data_sets_the_loader_knows():
+    from tasks.data.load import _LOADERS, _resolve
+
+    plain = [name for name in DATASETS if ":" not in name]
+    assert sorted(plain) == sorted(_LOADERS)
+    for name in DATASETS:
+        kind = name.split(":", 1)[0]
+        if kind == "mixed":
+            continue
+        assert callable(_resolve(name if ":" not in name else f"{kind}:/some/dir")), name
+    with pytest.raises(ValueError, match="unknown dataset 'imagenet'"):
+        _resolve("imagenet")
 
 
 @pytest.mark.parametrize(

@@ -1,96 +1,84 @@
-"""Flower's Deployment Engine on 127.0.0.1 (issue 6): a TLS SuperLink with SuperNode authentication,
-three SuperNodes with their own budgets, refused nodes, and a node killed in the middle of a run.
+"""Flower's Deployment Engine on 127.0.0.1 (issue 6): three authenticated SuperNodes with their own
+budgets complete a run, and refused nodes (tests/deployment.py starts the federation).
 
-One federation (deploy.launch.Federation) serves the whole module; every process it starts is
-stopped by its PID at the end, and the teardown fails if any process naming its folder or ports is left.
+The run sets no run-config ``budgets``, so the budgets the sites declare (node config) are the only
+source. The refused nodes each have one fault and are all tried at once against the same SuperLink.
+A node killed in the middle of a run: tests/test_deploy_fault.py (its own federation, so the two
+federated runs can go to different pytest-xdist workers).
 """
 
 from __future__ import annotations
 
-import contextlib
 import json
-import os
-import signal
-import socket
-import threading
-import time
-from pathlib import Path
 
 import pytest
 
-from deploy.launch import Federation, Node, site_nodes
-
-BUDGETS = {"site-0": 1, "site-1": 2, "site-2": 3}  # tiny-vilt has 4 selectable layers
-SETTINGS = ("model='tiny-vilt' dataset='synthetic' partitioner='iid' budgets='1,2,3' local-steps=4 "
-            "batch-size=8 max-test-samples=40 optimizer-pop-size=20 optimizer-generations=10")
-RUN_TIMEOUT = 1200  # generous: other work may share the 2 cores
-
-
-def free_port_block(size: int) -> int:
-    """A port p with p..p+size-1 all free on 127.0.0.1."""
-    for _ in range(50):
-        with socket.socket() as probe:
-            probe.bind(("127.0.0.1", 0))
-            base = probe.getsockname()[1]
-        if base + size > 65535:
-            continue
-        try:
-            for port in range(base, base + size):
-                with socket.socket() as s:
-                    s.bind(("127.0.0.1", port))
-        except OSError:
-            continue
-        return base
-    raise RuntimeError("no block of free ports on 127.0.0.1")
+from deploy.launch import Node
+from deploy.make_certs import make_credentials
+from tests.deployment import BUDGETS, RUN_TIMEOUT, read_jsonl, run_config, start_federation
 
 
 @pytest.fixture(scope="module")
 def federation(tmp_path_factory):
-    workdir = tmp_path_factory.mktemp("federation")
-    nodes = site_nodes([str(b) for b in BUDGETS.values()], "synthetic", "cpu", workdir)
-    fed = Federation(workdir, nodes, port=free_port_block(16))
-    fed.credentials(extra=["stranger"])  # a key pair nobody registers
-    try:
-        fed.start(timeout=600)
-        yield fed
-    finally:
-        fed.stop_all()  # every process by its PID, then any SuperExec/App process left of them
-        time.sleep(2)
-        left = fed.strays()
-        for pid in left:
-            with contextlib.suppress(ProcessLookupError):
-                os.kill(pid, signal.SIGKILL)
-        assert not left, f"processes left running: {left}"
+    # "stranger"'s key is never registered; "wrong-ca" is registered by `refused`
+    yield from start_federation(tmp_path_factory.mktemp("federation"), ("stranger", "wrong-ca"))
 
 
-def run_config(tmp: Path, name: str, **extra: object) -> str:
-    settings = {"results-dir": f"'{tmp}'", "run-name": f"'{name}'", **extra}
-    return SETTINGS + " " + " ".join(f"{k}={v}" for k, v in settings.items())
-
-
-def read_jsonl(path: Path) -> list[dict]:
-    return [json.loads(line) for line in path.read_text().splitlines()]
-
-
-def test_node_with_an_unregistered_key_is_refused(federation):
+@pytest.fixture(scope="module")
+def refused(federation):
+    """Four SuperNodes, one fault each, started together; the nodes online before and after."""
     before = federation.online_nodes()
-    stranger = Node("stranger", {"partition-id": 0, "num-partitions": 3, "dataset": "synthetic"})
-    proc = federation.start_supernode(stranger)  # its own key pair, never registered
-    assert proc.wait(timeout=300) != 0
-    log = federation.log_path("stranger").read_text()
-    assert "Failed to activate SuperNode" in log
-    assert "No SuperNode found with the given public key" in federation.log_path("superlink").read_text()
-    assert federation.online_nodes() == before
+    federation.register("wrong-ca")  # a valid, registered key: only its CA is wrong
+    other_ca = make_credentials(federation.workdir / "other-ca", []).ca_cert
+    config = {"partition-id": 0, "num-partitions": 3, "dataset": "synthetic"}
+    tries = {"plain": {"tls": False}, "no-key": {"key": ""}, "stranger": {},
+             "wrong-ca": {"root_certificates": other_ca}}
+    procs = {name: federation.start_supernode(Node(name, config), max_retries=2, **kwargs)
+             for name, kwargs in tries.items()}
+    codes = {name: proc.wait(timeout=300) for name, proc in procs.items()}
+    logs = {name: federation.log_path(name).read_text() for name in [*tries, "superlink"]}
+    return codes, logs, before, federation.online_nodes()
 
 
-def test_node_without_tls_is_refused(federation):
-    before = federation.online_nodes()
-    plain = Node("plain", {"partition-id": 0, "num-partitions": 3, "dataset": "synthetic"})
-    proc = federation.start_supernode(plain, tls=False, max_retries=2)
-    assert proc.wait(timeout=300) != 0
-    log = federation.log_path("plain").read_text()
-    assert "Failed to initialize the connection to the SuperLink" in log
-    assert federation.online_nodes() == before
+def refusal(logs: dict[str, str], name: str) -> str:
+    """The reason the node gave up: the lines after Flower's catch-all connect error."""
+    assert "Failed to initialize the connection to the SuperLink" in logs[name], logs[name][-2000:]
+    return logs[name].split("Failed to initialize the connection to the SuperLink", 1)[1][:400]
+
+
+def test_refused_nodes_exit_and_none_comes_online(federation, refused):
+    codes, _, before, after = refused
+    assert all(code != 0 for code in codes.values()), codes
+    assert after == before and federation.node_ids["wrong-ca"] not in after
+
+
+def test_node_with_an_unregistered_key_is_refused_by_authentication(refused):
+    _, logs, _, _ = refused
+    assert "[code: 2004] Failed to activate SuperNode" in refusal(logs, "stranger")
+    assert "No SuperNode found with the given public key" in logs["superlink"]
+
+
+def test_node_over_tls_without_a_key_is_refused_by_authentication(refused):
+    _, logs, _, _ = refused
+    reason = refusal(logs, "no-key")
+    assert "SuperNode authentication is enabled. All SuperNodes must be registered" in reason
+    assert "CERTIFICATE_VERIFY_FAILED" not in reason  # TLS itself worked
+    assert "[/v1/fleet/register-node][ApiError:2001]" in logs["superlink"]
+
+
+def test_node_without_tls_is_refused_before_reaching_the_superlinks_api(refused):
+    """Without TLS a SuperNode can hold no key (Flower exits: authentication needs TLS), so this
+    node's only fault is plain HTTP against the SuperLink's HTTPS port: no API answer at all."""
+    _, logs, _, _ = refused
+    reason = refusal(logs, "plain")
+    assert "Server disconnected without sending a response" in reason
+    assert "[code:" not in reason and "Option `--insecure` was set" in logs["plain"]
+
+
+def test_node_with_a_registered_key_refuses_a_superlink_certified_by_another_ca(refused):
+    _, logs, _, _ = refused
+    reason = refusal(logs, "wrong-ca")
+    assert "CERTIFICATE_VERIFY_FAILED" in reason and "[code:" not in reason
 
 
 def test_three_authenticated_nodes_complete_two_rounds_with_their_own_budgets(federation, tmp_path):
@@ -99,6 +87,7 @@ def test_three_authenticated_nodes_complete_two_rounds_with_their_own_budgets(fe
                             timeout=RUN_TIMEOUT)
     assert result.ok, result.output[-3000:]
     run_dir = tmp_path / "deploy"
+    assert json.loads((run_dir / "config.json").read_text())["budgets"] == ""  # node config only
     rounds = read_jsonl(run_dir / "rounds.jsonl")
     assert [r["round"] for r in rounds] == [1, 2]
     assert all(r["aggregated"] and r["failures"] == 0 for r in rounds), rounds
@@ -115,43 +104,3 @@ def test_three_authenticated_nodes_complete_two_rounds_with_their_own_budgets(fe
     assert not (run_dir / "clients").exists()
 
 
-def test_killed_node_is_recorded_the_run_completes_and_the_restarted_node_rejoins(federation, tmp_path):
-    victim = federation.nodes[2]
-    victim_id = federation.node_ids[victim.name]
-    log = federation.log_path(victim.name)
-    seen = log.read_text().count("Receiving:")
-    outcome = {}
-    runner = threading.Thread(target=lambda: outcome.setdefault("result", federation.run(
-        run_config(tmp_path, "fault", **{"num-server-rounds": 2, "round-timeout": 600,
-                                         "fraction-evaluate": 0.0}),
-        timeout=RUN_TIMEOUT)))
-    runner.start()
-    try:
-        deadline = time.monotonic() + RUN_TIMEOUT
-        while log.read_text().count("Receiving:") == seen:  # its first message of this run
-            assert time.monotonic() < deadline and runner.is_alive(), "the victim got no message"
-            time.sleep(0.5)
-        federation.stop(victim.name, signal.SIGKILL)  # dies mid-round, with its App processes
-        while victim_id in federation.online_nodes():  # the SuperLink notices the missing heartbeats
-            assert time.monotonic() < deadline, "the SuperLink never marked the killed node offline"
-            time.sleep(2)
-        federation.start_supernode(victim)  # same key, so the same node id; same state-dir
-    except BaseException:
-        federation.stop("flwr-run")
-        raise
-    finally:
-        runner.join(timeout=RUN_TIMEOUT)
-    result = outcome["result"]
-    assert result.ok, result.output[-3000:]
-    rounds = read_jsonl(tmp_path / "fault" / "rounds.jsonl")
-    assert [r["round"] for r in rounds] == [1, 2]
-    assert all(r["aggregated"] for r in rounds)
-    failures = [f for f in rounds[0]["rejected"] if f["node"] == victim_id]
-    assert failures and rounds[0]["failures"] >= 1, rounds[0]["rejected"]
-    assert any("Node Unavailable" in f["reason"] or "no reply" in f["reason"] for f in failures)
-    rows = read_jsonl(tmp_path / "fault" / "clients.jsonl")
-    first = {r["node"]: r for r in rows if r["round"] == 1}
-    assert first.get(victim_id, {}).get("mask") is None  # no layers for a node that cannot train
-    assert len(first) >= 2 and all(len(r["mask"]) == r["budget"] for n, r in first.items() if n != victim_id)
-    again = [r for r in rows if r["round"] == 2 and r["node"] == victim_id]
-    assert again and len(again[0]["mask"]) == BUDGETS[victim.name], rows  # it rejoined

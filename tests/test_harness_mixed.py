@@ -6,7 +6,7 @@ import numpy as np
 import pytest
 
 import tasks
-from server_app.config import RunConfig, default_config
+from settings import RunConfig, default_config
 
 MIXED = "mixed:synthetic+synthetic-multilabel"
 

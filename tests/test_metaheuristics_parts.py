@@ -11,10 +11,11 @@ from pymoo.core.population import Population
 from pymoo.operators.selection.tournament import TournamentSelection
 
 from metaheuristics import hypervolume, normalize_front
+from metaheuristics.aco import build as build_colony
 from metaheuristics.archive import ParetoArchive, nondominated, pick_index
 from metaheuristics.bench import main as bench_main
 from metaheuristics.indicators import Bounds, instance_bounds
-from metaheuristics.moves import resample_one_row, sample_subsets, swap_one, union_resample
+from metaheuristics.moves import sample_subsets, swap_one, take_smallest, union_resample
 from metaheuristics.nsga2 import LayerProblem
 from metaheuristics.operators import (
     ArrayMating,
@@ -25,8 +26,9 @@ from metaheuristics.operators import (
     dominance_tournament,
 )
 from metaheuristics.paper_ga import _PaperGA
-from metaheuristics.problem import make_instance
-from tests.test_metaheuristics import dirichlet, enumerate_all
+from metaheuristics.problem import layer_counts, make_instance
+from metaheuristics.sa import acceptance
+from tests.test_metaheuristics import correlated, dirichlet, enumerate_all
 
 
 def random_population(instance, n, seed):
@@ -132,9 +134,58 @@ def test_moves_keep_exact_cardinality_and_do_what_they_claim():
         assert np.all(changed == 2)  # one layer out, one in
         assert np.all((swapped != a).any(axis=2).sum(axis=1) == 1)  # in exactly one client
         assert not np.any((swapped != a)[:, 2])  # k = L has nothing to swap
-    resampled = resample_one_row(a, ks, rng)
-    np.testing.assert_array_equal(resampled.sum(axis=2), np.broadcast_to(ks, (40, 6)))
-    assert np.all((resampled != a).any(axis=2).sum(axis=1) <= 1)
+
+
+def test_take_smallest_keeps_exact_counts_when_keys_tie_and_prefers_lower_index():
+    rng = np.random.default_rng(3)
+    budgets = np.array([1, 2, 3, 5])
+    keys = rng.integers(0, 3, size=(200, 4, 5)).astype(np.float32)  # many ties at the threshold
+    masks = take_smallest(keys, budgets)
+    expected = np.argsort(np.argsort(keys, axis=-1, kind="stable"), axis=-1) < budgets[:, None]
+    np.testing.assert_array_equal(masks, expected)
+    flat = np.zeros((1, 1, 6))
+    np.testing.assert_array_equal(take_smallest(flat, np.array([2]))[0, 0], [1, 1, 0, 0, 0, 0])
+
+
+def test_layer_counts_match_a_plain_sum_across_the_255_client_blocks():
+    masks = np.random.default_rng(0).random((3, 600, 7)) < 0.9  # counts up to 600 > 255
+    np.testing.assert_array_equal(layer_counts(masks), masks.sum(axis=1))
+
+
+def test_amosa_acceptance_follows_the_three_cases():
+    rng = np.random.default_rng(0)
+    n = 4000
+    cur = (np.full(n, 0.5), np.full(n, 0.5))
+    no_archive = (np.zeros(0), np.zeros(0))
+    # proposal neither dominated by current nor by the (empty) archive: always taken
+    move, jump, _ = acceptance(cur, (np.full(n, 0.6), np.full(n, 0.6)), no_archive, 100.0, rng)
+    assert move.all() and not jump.any()
+    # proposal dominated by current: logistic in the amount of domination (0.1 * 0.2 = 0.02)
+    worse = (np.full(n, 0.4), np.full(n, 0.7))
+    move, _, _ = acceptance(cur, worse, no_archive, 0.01, rng)
+    assert move.mean() == pytest.approx(1 / (1 + np.exp(0.02 / 0.01)), abs=0.03)
+    assert not acceptance(cur, worse, no_archive, 0.0, rng)[0].any()  # below t_end
+    # proposal dominates current but two archive points dominate it: jump to the nearer one
+    better = (np.full(n, 0.6), np.full(n, 0.4))
+    archive = (np.array([0.9, 0.7, 0.1]), np.array([0.1, 0.3, 0.9]))
+    move, jump, target = acceptance(cur, better, archive, 100.0, rng)
+    assert not (move & jump).any() and (move | jump).all()
+    assert (target[jump] == 1).all()  # Δdom 0.1 * 0.1 < 0.3 * 0.3
+    assert jump.mean() == pytest.approx(1 / (1 + np.exp(-0.01)), abs=0.03)
+
+
+def test_aco_ants_trade_importance_for_balance_as_lambda_falls():
+    instance = make_instance(correlated(24, 8, 0), [2] * 24)
+    rng = np.random.default_rng(0)
+    attraction = np.ones((24, 8))
+    greedy = build_colony(instance, attraction, np.ones(200), 2.0, rng)
+    balanced = build_colony(instance, attraction, np.zeros(200), 2.0, rng)
+    for ants in (greedy, balanced):
+        np.testing.assert_array_equal(ants.sum(axis=2), np.full((200, 24), 2))
+    g_imp, g_div = instance.evaluate(greedy)
+    b_imp, b_div = instance.evaluate(balanced)
+    assert g_imp.mean() > b_imp.mean()
+    assert b_div.mean() < 0.5 * g_div.mean()
 
 
 def test_importance_sampling_prefers_important_layers():
@@ -240,8 +291,24 @@ def test_bench_prints_one_json_object_per_algorithm(capsys):
         assert r["hv_ratio"] == pytest.approx(r["hv"] / r["reference"]["hv"], rel=1e-3)
 
 
+def test_bench_clients_list_prints_the_growth_table_and_no_reference_leaves_the_ratio_empty(capsys):
+    argv = ["--clients", "3,30", "--layers", "6", "--pop", "6", "--gens", "2", "--repeats", "1"]
+    bench_main([*argv, "--algorithms", "nsga2,sa", "--no-reference", "--json"])
+    rows = [json.loads(line) for line in capsys.readouterr().out.splitlines()]
+    assert [(r["name"], r["clients"]) for r in rows] == [("nsga2", 3), ("sa", 3), ("nsga2", 30), ("sa", 30)]
+    assert all(r["hv_ratio"] is None and r["reference"] is None and r["budgets_ok"] for r in rows)
+    bench_main([*argv, "--algorithms", "topk", "--no-reference"])
+    out = capsys.readouterr().out
+    assert "| algorithm | 3 clients | 30 clients |" in out
+    assert out.count("reference: none") == 2
+
+
 def test_bench_rejects_bad_arguments():
     with pytest.raises(SystemExit):
         bench_main(["--algorithms", "nsga2,foo"])
     with pytest.raises(SystemExit):
         bench_main(["--clients", "2", "--layers", "3", "--budgets", "1,5"])
+    with pytest.raises(SystemExit):
+        bench_main(["--clients", "2,3", "--budgets", "1,2"])
+    with pytest.raises(SystemExit):
+        bench_main(["--clients", "0"])

@@ -28,7 +28,7 @@ from safetensors.numpy import load_file, save_file
 from client_app import runtime as client_runtime
 from client_app.app import app as client_app
 from server_app.app import app as server_app
-from server_app.config import default_config
+from settings import default_config
 from strategies.layer_selection import QUERY_LNTK
 from strategies.records import from_record
 from tests.inprocess import InProcessGrid
@@ -184,7 +184,8 @@ def test_resume_runs_rounds_3_and_4_only(interrupted, resumed):
 def test_resume_starts_from_exactly_the_round_2_global_adapters(interrupted, resumed):
     _, snapshot = interrupted
     grid, _ = resumed
-    expected = load_file(snapshot / "checkpoint" / "global.safetensors")
+    named = json.loads((snapshot / "checkpoint" / "state.json").read_text())["global"]
+    expected = load_file(snapshot / "checkpoint" / named)
     first = [m for m in grid.sent if m.metadata.message_type == QUERY_LNTK
              and m.content["config"]["server-round"] == 3]
     assert len(first) == CLIENTS

@@ -1,4 +1,5 @@
-"""End to end through Flower's Simulation Engine (Ray): tiny-vilt on synthetic data, 3 clients."""
+"""End to end through Flower's Simulation Engine (Ray): tiny-vilt on synthetic data, 3 clients
+(with a 4-entry budget list, of which the first 3 are used)."""
 
 from __future__ import annotations
 
@@ -13,7 +14,7 @@ from safetensors.numpy import load_file
 
 ROOT = Path(__file__).resolve().parent.parent
 SETTINGS = {"model": "'tiny-vilt'", "dataset": "'synthetic'", "partitioner": "'iid'",
-            "budgets": "'2,1,3'", "num-server-rounds": "2", "local-steps": "8", "batch-size": "8",
+            "budgets": "'2,1,3,2'", "num-server-rounds": "2", "local-steps": "8", "batch-size": "8",
             "lr": "0.001", "max-test-samples": "40", "optimizer-pop-size": "20",
             "optimizer-generations": "10"}
 
@@ -44,7 +45,7 @@ def read_jsonl(path: Path) -> list[dict]:
 def test_simulation_writes_every_results_file(finished_run):
     run_dir, proc = finished_run
     for name in ("config.json", "rounds.jsonl", "clients.jsonl", "fronts.jsonl",
-                 "adapters.safetensors", "checkpoint/state.json", "checkpoint/global.safetensors"):
+                 "adapters.safetensors", "checkpoint/state.json", "checkpoint/global-2.safetensors"):
         assert (run_dir / name).exists(), name
     rounds = read_jsonl(run_dir / "rounds.jsonl")
     assert [r["round"] for r in rounds] == [1, 2]
@@ -55,6 +56,8 @@ def test_simulation_writes_every_results_file(finished_run):
     layers = {int(key.split(":")[0]) for key in load_file(run_dir / "adapters.safetensors")}
     assert layers == set(range(len(config["layer-names"])))
     assert "Results:" in proc.stdout and "client" in proc.stdout
+    assert "layer budgets of 3 clients (partition 0..2): 2,1,3 (budgets = '2,1,3,2', the first 3)" \
+        in proc.stdout
 
 
 def test_masks_follow_the_budgets_and_uplink_is_only_the_masked_layers(finished_run):

@@ -7,6 +7,7 @@ import pytest
 from flwr.app import Array, Context, Message, MetricRecord, RecordDict
 from flwr.clientapp import ClientApp
 
+from metaheuristics import optimize
 from strategies import Aggregate, LayerSelectionStrategy, RoundLog, make_rule
 from strategies.records import from_record, layer_index, record_bytes, to_record
 from tests.inprocess import InProcessGrid
@@ -93,6 +94,46 @@ def test_masks_respect_budgets_and_only_masked_arrays_travel_up(strategy_name):
         expected = sorted(f"{layer}:{p}" for layer in np.flatnonzero(mask)
                           for p in ("lora_A", "lora_B"))
         assert uploaded[pid] == expected
+
+
+def reported_scores(pid: int) -> np.ndarray:
+    """The normalised scores S^l = lambda^l / sum_k lambda^k of what client ``pid`` reports."""
+    eigenvalues = np.random.default_rng(pid).random(L)
+    return eigenvalues / eigenvalues.sum()
+
+
+def test_lntk_mask_is_each_clients_own_top_k_of_its_scores():
+    _, logs, _, grid = run_round("lntk")
+    pids = node_pid(grid)
+    for node, mask in logs[0].masks.items():
+        scores = reported_scores(pids[node])
+        np.testing.assert_allclose(logs[0].reports[node].scores, scores)
+        top_k = np.argsort(-scores)[:BUDGETS[pids[node]]]
+        assert sorted(np.flatnonzero(mask)) == sorted(top_k), (pids[node], scores)
+
+
+def test_f3ocus_masks_are_exactly_what_the_optimiser_returns_for_those_scores_budgets_and_seed():
+    """Every client ranks the layers alike, so its own top-k piles onto the last layers and the
+    server step must differ from it. Rows in node order; round r is seeded seed * 1000 + r."""
+    eigenvalues = {pid: np.arange(1.0, L + 1) ** 2 * (pid + 1) + 0.01 * pid for pid in BUDGETS}
+    overrides = {pid: {"scores": {"eigenvalues": eig.tolist()}} for pid, eig in eigenvalues.items()}
+    _, logs, _, grid = run_round("f3ocus", overrides, rounds=2)
+    pids = node_pid(grid)
+    nodes = sorted(pids)
+    scores = np.stack([eigenvalues[pids[n]] / eigenvalues[pids[n]].sum() for n in nodes])
+    budgets = [BUDGETS[pids[n]] for n in nodes]
+    top_k = np.zeros_like(scores, dtype=bool)
+    for row, k in enumerate(budgets):
+        top_k[row, np.argsort(-scores[row])[:k]] = True
+    for server_round, log in enumerate(logs, 1):
+        np.testing.assert_allclose(np.stack([log.reports[n].scores for n in nodes]), scores)
+        expected = optimize(scores, budgets, algorithm="nsga2", seed=server_round,
+                            pop_size=20, n_gen=10)
+        masks = np.stack([log.masks[n] for n in nodes])
+        np.testing.assert_array_equal(masks, expected.masks, err_msg=f"round {server_round}")
+        assert log.assignment is not None
+        np.testing.assert_array_equal(log.assignment.masks, expected.masks)
+        assert not np.array_equal(masks, top_k)  # the server step changed the clients' own picks
 
 
 def test_aggregation_is_the_exact_weighted_mean_per_layer_and_untouched_layers_keep_value():

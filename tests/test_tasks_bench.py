@@ -4,7 +4,7 @@ import json
 
 import pytest
 
-from server_app.config import default_config
+from settings import default_config
 from tasks import bench
 
 
@@ -21,7 +21,8 @@ def test_bench_prints_lntk_round_and_overhead(capsys):
     assert (result["steps"], result["batch_size"], result["scoring_batch"]) == (2, 4, 4)
     assert result["lntk_s"] > 0 and result["train_round_s"] > 0
     assert result["overhead"] == pytest.approx(result["lntk_s"] / result["train_round_s"], abs=2e-3)
-    assert result["samples_per_s"] == pytest.approx(8 / result["train_round_s"], rel=1e-2)
+    assert result["samples_per_s"] == pytest.approx(8 / result["train_round_s"],
+                                               rel=1e-2, abs=5e-3)  # printed to 2 decimals
 
 
 def test_bench_rank_check_reports_agreement(capsys):

@@ -8,11 +8,14 @@ partitioning.
 
 from __future__ import annotations
 
+import functools
 from collections.abc import Callable
 
 import numpy as np
 
 from tasks.data.easyvqa import load_easy_vqa
+from tasks.data.hfdisk import PREFIX as HF_DISK_PREFIX
+from tasks.data.hfdisk import load_hf_disk, parse_hf_disk
 from tasks.data.medmnist import load_medmnist_vqa
 from tasks.data.mixed import PREFIX as MIXED_PREFIX
 from tasks.data.mixed import load_mixed
@@ -27,6 +30,7 @@ DATASETS: tuple[str, ...] = (
     "synthetic",
     "synthetic-multilabel",
     "medmnist-vqa:<dir>",
+    "hf-disk:<dir>[?<option>=<value>&...]",
     "mixed:<dataset>+<dataset>[+...]",
 )
 
@@ -48,6 +52,9 @@ def _resolve(dataset: str) -> Callable[[int], Source]:
         if not directory:
             raise ValueError("dataset 'medmnist-vqa:' needs a directory: 'medmnist-vqa:<dir>'")
         return lambda seed: load_medmnist_vqa(directory)
+    if dataset.startswith(HF_DISK_PREFIX):
+        parse_hf_disk(dataset)  # a bad option fails before any file is read
+        return lambda seed: load_hf_disk(dataset, seed)
     raise ValueError(f"unknown dataset {dataset!r}; choose one of {', '.join(DATASETS)}")
 
 
@@ -70,14 +77,16 @@ def load_partition(
     """Train/test samples of client `partition_id` (0-based) out of `num_partitions`.
 
     Raises ValueError for an unknown dataset or partitioner, a bad gamma, id or count, or a
-    partition left without train or test samples; FileNotFoundError for a missing medmnist dir.
+    partition left without train or test samples; FileNotFoundError for a missing medmnist-vqa or
+    hf-disk directory.
     A ``mixed:<a>+<b>`` data set gives client i a share of component i mod 2 (`tasks.data.mixed`).
     """
     if isinstance(dataset, str) and dataset.startswith(MIXED_PREFIX):
         _check_int("num_partitions", num_partitions, 1)
         _check_int("partition_id", partition_id, 0, num_partitions)
-        return load_mixed(dataset, int(partition_id), int(num_partitions), partitioner, seed,
-                          max_train, max_test)
+        component = functools.partial(load_partition, partitioner=partitioner, seed=seed,
+                                      max_train=max_train, max_test=max_test)
+        return load_mixed(dataset, int(partition_id), int(num_partitions), component)
     load = _resolve(dataset)
     spec = parse_partitioner(partitioner)
     _check_int("num_partitions", num_partitions, 1)

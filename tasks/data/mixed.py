@@ -11,6 +11,7 @@ head is personal, supplement §C.3); only the selectable layers are shared.
 from __future__ import annotations
 
 import dataclasses
+from collections.abc import Callable
 
 from tasks.data.types import Partition
 
@@ -26,16 +27,18 @@ def parse_mixed(dataset: str) -> tuple[str, ...]:
     return parts
 
 
-def load_mixed(dataset: str, partition_id: int, num_partitions: int, partitioner: str, seed: int,
-               max_train: int | None, max_test: int | None) -> Partition:
-    """Client ``partition_id``'s share of its component (see the module doc)."""
-    from tasks.data.load import load_partition  # load.py dispatches here
+def load_mixed(dataset: str, partition_id: int, num_partitions: int,
+               load_component: Callable[[str, int, int], Partition]) -> Partition:
+    """Client ``partition_id``'s share of its component (see the module doc).
 
+    ``load_component(name, client, count)`` loads client ``client`` of ``count`` of the plain data
+    set ``name`` with the run's partitioner, seed and sample caps (`tasks.data.load` passes its own
+    ``load_partition``, so this module does not import the dispatcher that imports it).
+    """
     parts = parse_mixed(dataset)
     if not 0 <= partition_id < num_partitions:
         raise ValueError(f"partition_id must be in [0, {num_partitions}), got {partition_id!r}")
     component = partition_id % len(parts)
     count = len(range(component, num_partitions, len(parts)))
-    part = load_partition(parts[component], partition_id // len(parts), count, partitioner,
-                          seed=seed, max_train=max_train, max_test=max_test)
+    part = load_component(parts[component], partition_id // len(parts), count)
     return dataclasses.replace(part, name=f"{dataset} {partition_id}/{num_partitions} ({part.name})")

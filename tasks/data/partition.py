@@ -20,6 +20,22 @@ Every client receives at least one train and one test sample when its group (and
 samples: a client left empty by a Dirichlet draw takes one sample from the largest client of the
 same cut. Deviation: that repair is not in the paper; without it, small test sets would leave
 clients with nothing to evaluate on.
+
+flwr-datasets vs hand-written code. Every iid cut (``iid``, and the clients sharing a question type
+under ``by-question-type``) is flwr-datasets' `IidPartitioner` on the seeded order
+``rng.permutation(idx)``; it shards like ``np.array_split``, so the splits are the ones of the
+hand-written version before it (same seed, same indices). Hand-written, because no flwr-datasets
+partitioner expresses it:
+
+* the Dirichlet cut. `DirichletPartitioner` draws p_c for one `datasets.Dataset`; the test split
+  must be cut by the *same* p_c as the train split (a second partitioner draws its own, and its
+  resampling until ``min_partition_size`` holds redraws all of them), it floors class shares where
+  this code rounds, cuts each class in index order instead of a seeded permutation, and redraws
+  instead of moving one sample to an empty client (`_repair`). `DistributionPartitioner` takes fixed
+  shares, but only with a client count divisible by the class count.
+* the assignment of groups and question types to clients (round robin, several clients per type,
+  test types included): `NaturalIdPartitioner` gives one partition per id, and
+  `GroupedNaturalIdPartitioner` groups consecutive ids; here it is a boolean mask per type.
 """
 
 from __future__ import annotations
@@ -139,14 +155,35 @@ def _split(
 ) -> tuple[Cut, Cut]:
     """Cut train and test indices among k clients: iid, or Dirichlet(γ) shares per class."""
     if gamma is None:
-        train_parts = np.array_split(rng.permutation(train_idx), k)
-        test_parts = np.array_split(rng.permutation(test_idx), k)
-        return list(train_parts), list(test_parts)
+        return _iid(train_idx, k, rng), _iid(test_idx, k, rng)
     classes = np.union1d(train_y[train_idx], test_y[test_idx])
     shares = rng.dirichlet(np.full(k, gamma), size=len(classes))  # (classes, k), drawn once
     train_parts = _cut_by_class(train_idx, train_y[train_idx], classes, shares, rng)
     test_parts = _cut_by_class(test_idx, test_y[test_idx], classes, shares, rng)
     return _repair(train_parts), _repair(test_parts)
+
+
+def _iid(idx: np.ndarray, k: int, rng: np.random.Generator) -> Cut:
+    """`idx` in the seeded order ``rng.permutation(idx)``, cut by flwr-datasets' `IidPartitioner`
+    into k contiguous shards (sizes differ by at most one, the larger ones first).
+
+    `IidPartitioner` shards like ``np.array_split``, so this is ``np.array_split(rng.permutation(idx),
+    k)``, the split of the hand-written version. With fewer samples than clients the last clients
+    get nothing (`IidPartitioner` needs at least one sample per shard).
+    """
+    from datasets import Dataset  # imported here: a run that never cuts iid does not load them
+    from flwr_datasets.partitioner import IidPartitioner
+
+    order = rng.permutation(idx).astype(np.int64)
+    if len(order) == 0:
+        return [order[:0] for _ in range(k)]
+    partitioner = IidPartitioner(num_partitions=min(k, len(order)))
+    partitioner.dataset = Dataset.from_dict({"index": order})
+    parts = [
+        partitioner.load_partition(i).with_format("numpy")[:]["index"].astype(np.int64)
+        for i in range(partitioner.num_partitions)
+    ]
+    return parts + [order[:0] for _ in range(k - len(parts))]
 
 
 def _cut_by_class(

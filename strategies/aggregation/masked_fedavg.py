@@ -1,42 +1,13 @@
-"""Aggregation of masked client updates: a replaceable step of every layer-selecting strategy.
-
-An aggregator maps the current global adapter state and the accepted client updates to the next
-global state, and may also return per-client global models (personalised aggregation such as
-FedMosaic's; FedPIA's permutation alignment would run inside an aggregator before averaging).
-"""
+"""Masked FedAvg (paper Eq. 1 and 5): each layer is averaged over the clients that trained it."""
 
 from __future__ import annotations
 
 from collections.abc import Sequence
-from dataclasses import dataclass, field
-from typing import Protocol
 
 import numpy as np
 
+from strategies.aggregation.types import Aggregate, ClientUpdate
 from strategies.records import State
-
-
-@dataclass(frozen=True)
-class ClientUpdate:
-    """What one client sent back: the arrays of the layers it trained and its example count."""
-
-    node_id: int
-    state: State
-    num_examples: int
-
-
-@dataclass(frozen=True)
-class Aggregate:
-    """Result of aggregation: the new global state and optional per-client global models."""
-
-    global_state: State
-    personal: dict[int, State] = field(default_factory=dict)
-
-
-class Aggregator(Protocol):
-    """Signature every aggregation step implements."""
-
-    def __call__(self, global_state: State, updates: Sequence[ClientUpdate]) -> Aggregate: ...
 
 
 def masked_fedavg(global_state: State, updates: Sequence[ClientUpdate]) -> Aggregate:
@@ -57,6 +28,3 @@ def masked_fedavg(global_state: State, updates: Sequence[ClientUpdate]) -> Aggre
         mean = np.tensordot(weights / weights.sum(), stacked, axes=1)
         new_state[key] = mean.astype(global_state[key].dtype)
     return Aggregate(global_state=new_state)
-
-
-AGGREGATORS: dict[str, Aggregator] = {"masked-fedavg": masked_fedavg}

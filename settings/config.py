@@ -1,22 +1,36 @@
 """The run configuration: one typed, validated view of ``[tool.flwr.app.config]``.
 
-The defaults live only in ``pyproject.toml``; this module checks types and values so that a bad
-setting stops the run before round 1 with one line naming the key and the value.
+The defaults live only in ``pyproject.toml``; this module checks every value's type, range and
+syntax (data set and model names, partitioner and its γ, device name, budgets) without touching
+files or hardware, so that a bad setting stops the run before round 1 with one line naming the key
+and the value. Checks that depend on the machine are in `settings.local`.
 """
 
 from __future__ import annotations
 
+import re
 import tomllib
 from collections.abc import Mapping
 from dataclasses import dataclass, fields
 from pathlib import Path
 
 from metaheuristics import ALGORITHMS
-from tasks import DATASETS, PARTITIONERS
+from settings.budgets import parse_budgets
+from settings.errors import ConfigError
+from tasks import DATASETS, MODELS
+from tasks.data.mixed import PREFIX as MIXED_PREFIX
+from tasks.data.mixed import parse_mixed
+from tasks.data.partition import parse_partitioner
 
 PROJECT_ROOT = Path(__file__).resolve().parent.parent
 OPTIMIZERS = tuple(a for a in ALGORITHMS if a not in ("topk", "random", "last"))
+AGGREGATIONS = ("masked-fedavg",)
+"""Names of `strategies.aggregation.AGGREGATIONS`, kept here so that settings (read by both apps)
+need not import the server's strategies; tests/test_selection_registry.py keeps the two equal."""
+HEADS_ONLY = "none"
+"""The strategy that trains no adapter (only the clients' heads): its train masks are empty."""
 CHOICES = {
+    "aggregation": AGGREGATIONS,
     "optimizer": OPTIMIZERS,
     "optimizer-pick": ("weighted", "knee"),
     "adapter": ("lora", "layer"),
@@ -30,32 +44,41 @@ BOUNDS = {
     "score-batch-size": (1, None), "min-nodes": (1, None), "lr": (0.0, None),
     "head-lr": (0.0, None), "weight-decay": (0.0, None), "warmup-fraction": (0.0, 1.0),
     "fraction-train": (0.0, 1.0), "fraction-evaluate": (0.0, 1.0), "round-timeout": (0.0, None),
+    "seed": (0, None),
 }
+DEVICES = ("auto", "cpu", "cuda", "cuda:<i>", "mps")
+_DEVICE = re.compile(r"auto|cpu|mps|cuda(:\d+)?")
 
 
-class ConfigError(ValueError):
-    """A run-config key with a bad value; the message is one line naming both."""
+def _named(value: str, names: tuple[str, ...]) -> bool:
+    """Is `value` one of `names`, where ``"prefix:<arg>"`` stands for any non-empty argument?"""
+    for name in names:
+        prefix, sep, _ = name.partition("<")
+        if value == name if not sep else (value.startswith(prefix) and len(value) > len(prefix)):
+            return True
+    return False
 
 
-def _base(name: str) -> str:
-    """``"dirichlet:0.5"`` -> ``"dirichlet"``; ``"by-question-type[:<gamma>]"`` -> ``"by-question-type"``."""
-    return name.split(":", 1)[0].split("[", 1)[0]
+def check_dataset(value: str, key: str = "dataset") -> None:
+    """A known data set name; ``mixed:<a>+<b>`` needs two or more known, plain components."""
+    if value.startswith(MIXED_PREFIX):
+        try:
+            parts = parse_mixed(value)
+        except ValueError as err:
+            raise ConfigError(str(err)) from None
+        plain = tuple(d for d in DATASETS if not d.startswith(MIXED_PREFIX))
+        bad = [p for p in parts if not _named(p, plain)]
+        if bad:
+            raise ConfigError(f"{key} = {bad[0]!r} is unknown (a component of {value!r}); choose "
+                              f"among {', '.join(plain)}")
+    elif not _named(value, DATASETS):
+        raise ConfigError(f"{key} = {value!r} is unknown; choose one of {', '.join(DATASETS)}")
 
 
-def parse_budgets(text: str, key: str = "budgets") -> list[int | str]:
-    """``"6,6,4,4,2"`` -> ``[6, 6, 4, 4, 2]``; entries may be ``auto``; ``""`` -> ``[]``."""
-    if not text.strip():
-        return []
-    budgets: list[int | str] = []
-    for item in text.split(","):
-        item = item.strip()
-        if item == "auto":
-            budgets.append(item)
-        elif item.isdigit() and int(item) >= 1:
-            budgets.append(int(item))
-        else:
-            raise ConfigError(f"{key} = {text!r}: {item!r} is not a positive int or 'auto'")
-    return budgets
+def check_device_name(value: str, key: str = "device") -> None:
+    """``auto``, ``cpu``, ``cuda``, ``cuda:<i>`` or ``mps`` (whether it exists: `settings.local`)."""
+    if not _DEVICE.fullmatch(value):
+        raise ConfigError(f"{key} = {value!r} is unknown; choose one of {', '.join(DEVICES)}")
 
 
 @dataclass(frozen=True)
@@ -64,6 +87,7 @@ class RunConfig:
 
     num_server_rounds: int
     strategy: str
+    aggregation: str
     optimizer: str
     optimizer_pop_size: int
     optimizer_generations: int
@@ -118,10 +142,17 @@ class RunConfig:
         return config
 
     def _check_names(self, strategies: tuple[str, ...]) -> None:
-        for key, value in (("dataset", self.dataset), ("partitioner", self.partitioner)):
-            valid = DATASETS if key == "dataset" else PARTITIONERS
-            if _base(value) not in {_base(v) for v in valid}:
-                raise ConfigError(f"{key} = {value!r} is unknown; choose one of {', '.join(valid)}")
+        check_dataset(self.dataset)
+        try:
+            parse_partitioner(self.partitioner)
+        except ValueError as err:
+            detail = str(err).removesuffix(f" in partitioner {self.partitioner!r}")
+            raise ConfigError(f"partitioner = {self.partitioner!r}: {detail}") from None
+        if not _named(self.model, MODELS):
+            raise ConfigError(f"model = {self.model!r} is unknown; choose one of {', '.join(MODELS)}")
+        check_device_name(self.device)
+        if self.run_name in (".", "..") or "/" in self.run_name or "\\" in self.run_name:
+            raise ConfigError(f"run-name = {self.run_name!r} must be a plain folder name")
         if strategies and self.strategy not in strategies:
             raise ConfigError(
                 f"strategy = {self.strategy!r} is unknown; choose one of {', '.join(strategies)}")

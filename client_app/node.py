@@ -1,0 +1,112 @@
+"""This node's own settings: node config (a site's ``--node-config``) wins over the run config.
+
+Only the SuperNode can judge some values: whether it has the data folder, the device, a writable
+``state-dir``, and a ``layer-budget`` its model can take. Each is checked here on the node itself;
+a bad one raises `settings.ConfigError` naming the key and the value, which the ClientApp turns
+into an error reply (`client_app.replies`), so the server logs the reason and the round goes on
+with the other nodes.
+"""
+
+from __future__ import annotations
+
+import os
+from collections.abc import Mapping
+from dataclasses import dataclass
+from pathlib import Path
+
+from settings import (
+    Budget,
+    ConfigError,
+    RunConfig,
+    budget_of,
+    check_data_here,
+    check_device_here,
+    parse_budget,
+    parse_budgets,
+)
+from settings.config import check_dataset, check_device_name
+from settings.local import FOLDER_DATASETS
+
+NODE = "node config"
+
+
+@dataclass(frozen=True)
+class NodeSettings:
+    """Checked per-node values; ``budget`` is None when neither node nor run config sets one."""
+
+    partition_id: int
+    num_partitions: int
+    dataset: str
+    device: str  # a torch device that exists on this node
+    budget: Budget | None
+    budget_source: str  # the setting the budget came from, for error messages
+
+
+def _int(node: Mapping, key: str, default: int, low: int) -> int:
+    value = node.get(key, default)
+    if isinstance(value, bool) or not isinstance(value, int) or value < low:
+        raise ConfigError(f"{NODE} {key} = {value!r} must be an int >= {low}")
+    return value
+
+
+def _dataset(node: Mapping, config: RunConfig) -> str:
+    """The run's data set, or the node's own; ``data-dir`` points a folder data set at this site's
+    copy (``medmnist-vqa:<data-dir>``, ``hf-disk:<data-dir>?<options>``)."""
+    dataset, where = config.dataset, ""
+    if "dataset" in node:
+        dataset = node["dataset"]
+        where = f"{NODE} dataset = {dataset!r}"
+        if not isinstance(dataset, str):
+            raise ConfigError(f"{where} must be a string")
+        check_dataset(dataset, key=f"{NODE} dataset")
+    if "data-dir" in node:
+        folder, kind = node["data-dir"], dataset.split(":", 1)[0]
+        where = f"{NODE} data-dir = {folder!r}"
+        if not isinstance(folder, str) or not folder:
+            raise ConfigError(f"{where} must be a folder path")
+        if kind not in FOLDER_DATASETS:
+            raise ConfigError(f"{where} applies to {', '.join(FOLDER_DATASETS)} data only, "
+                              f"not dataset = {dataset!r}")
+        options = dataset.partition(":")[2].partition("?")[1:]  # hf-disk's "?column=..." stays
+        dataset = f"{kind}:{folder}{''.join(options)}"
+    check_data_here(dataset, where)
+    return dataset
+
+
+def check_state_dir(node: Mapping) -> None:
+    """``state-dir`` (where the client keeps its own head, `client_app.personal`) is a folder this
+    node can create and write."""
+    value = node.get("state-dir")
+    if value is None or value == "":
+        return
+    where = f"{NODE} state-dir = {value!r}"
+    if not isinstance(value, str):
+        raise ConfigError(f"{where} must be a folder path")
+    try:
+        Path(value).mkdir(parents=True, exist_ok=True)
+    except OSError as err:
+        raise ConfigError(f"{where} cannot be created: {err.strerror or err}") from None
+    if not os.access(value, os.W_OK | os.X_OK):
+        raise ConfigError(f"{where} is not writable by this node")
+
+
+def node_settings(node: Mapping, config: RunConfig) -> NodeSettings:
+    """Check and merge this node's config with the run config (node config wins)."""
+    pid = _int(node, "partition-id", 0, 0)
+    num = _int(node, "num-partitions", 1, 1)
+    if pid >= num:
+        raise ConfigError(f"{NODE} partition-id = {pid} must be below num-partitions = {num}")
+    dataset = _dataset(node, config)
+    device_key = f"{NODE} device" if "device" in node else "device"
+    device = node.get("device", config.device)
+    if not isinstance(device, str):
+        raise ConfigError(f"{device_key} = {device!r} must be a string")
+    check_device_name(device, key=device_key)
+    resolved = check_device_here(device, key=device_key)
+    check_state_dir(node)
+    if "layer-budget" in node:
+        source = f"{NODE} layer-budget"
+        budget: Budget | None = parse_budget(node["layer-budget"], source)
+    else:
+        source, budget = "budgets", budget_of(parse_budgets(config.budgets), pid)
+    return NodeSettings(pid, num, dataset, resolved, budget, source)

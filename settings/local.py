@@ -1,0 +1,60 @@
+"""Checks of settings that depend on the machine judging them: data folder, model folder, device.
+
+``run_simulation.py`` runs them before Ray starts (its clients share its machine); a SuperNode
+runs them against its own files and hardware, and replies with an error naming the key
+(`client_app.runtime`), since only the site can tell whether it has the folder or the GPU.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+from settings.config import RunConfig
+from settings.errors import ConfigError
+from tasks import resolve_device
+from tasks.data.mixed import PREFIX as MIXED_PREFIX
+from tasks.data.mixed import parse_mixed
+
+# "<name>:<dir>[?options]" data sets read from a local folder, and a file pattern the folder must hold
+FOLDER_DATASETS = {"medmnist-vqa": ("*.npz",),
+                   "hf-disk": ("dataset_dict.json", "state.json")}  # save_to_disk: DatasetDict / Dataset
+
+
+def check_data_here(dataset: str, where: str = "") -> None:
+    """Every folder the data set reads (``medmnist-vqa:<dir>``, ``hf-disk:<dir>``, also inside
+    ``mixed:``) exists here and holds that data set's files; `where` names the setting (default
+    ``dataset = <value>``)."""
+    where = where or f"dataset = {dataset!r}"
+    parts = parse_mixed(dataset) if dataset.startswith(MIXED_PREFIX) else (dataset,)
+    for part in parts:
+        kind, sep, rest = part.partition(":")
+        if kind not in FOLDER_DATASETS or not sep:
+            continue
+        folder = rest.partition("?")[0]
+        path = Path(folder)
+        if not path.is_dir():
+            raise ConfigError(f"{where}: no folder {folder!r} on this machine")
+        patterns = FOLDER_DATASETS[kind]
+        if not any(any(path.glob(pattern)) for pattern in patterns):
+            raise ConfigError(f"{where}: folder {folder!r} holds no {' or '.join(patterns)}")
+
+
+def check_model_here(model: str) -> None:
+    """An ``hf:<dir>`` model is a folder here with the checkpoint's ``config.json``."""
+    if model.startswith("hf:") and not (Path(model[3:]).expanduser() / "config.json").is_file():
+        raise ConfigError(f"model = {model!r}: no checkpoint folder with a config.json on this machine")
+
+
+def check_device_here(device: str, key: str = "device") -> str:
+    """The torch device `device` resolves to on this machine (``auto`` -> ``cuda`` or ``cpu``)."""
+    try:
+        return resolve_device(device)
+    except ValueError as err:
+        raise ConfigError(f"{key} = {device!r} is not usable here: {err}") from None
+
+
+def check_here(config: RunConfig) -> None:
+    """Everything of `config` that depends on this machine (for clients running on it)."""
+    check_data_here(config.dataset)
+    check_model_here(config.model)
+    check_device_here(config.device)

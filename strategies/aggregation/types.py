@@ -1,0 +1,43 @@
+"""The signature every aggregation module implements, and what it receives and returns.
+
+An aggregator maps the current global adapter state and the accepted client updates of one round
+to the next global state, and may also return per-client global models. This carries what the
+planned methods need: FedPIA (permutation alignment of the client adapters before averaging) works
+on ``ClientUpdate.state`` alone; FedMosaic/SIMA (per-client models from task-relatedness) reads the
+vector each client sends with its train reply from ``ClientUpdate.metrics`` and returns the
+per-client models in ``Aggregate.personal``, which the strategy then sends to those clients instead
+of the shared one.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass, field
+from typing import Protocol
+
+from strategies.records import State
+
+
+@dataclass(frozen=True)
+class ClientUpdate:
+    """What one client sent back: the arrays of the layers it trained, its example count, and the
+    rest of its train reply's metrics (numbers or lists of numbers, e.g. a SIMA task vector)."""
+
+    node_id: int
+    state: State
+    num_examples: int
+    metrics: Mapping[str, object] = field(default_factory=dict)
+
+
+@dataclass(frozen=True)
+class Aggregate:
+    """Result of aggregation: the new global state and optional per-client global models."""
+
+    global_state: State
+    personal: dict[int, State] = field(default_factory=dict)
+
+
+class Aggregator(Protocol):
+    """Signature every aggregation step implements."""
+
+    def __call__(self, global_state: State, updates: Sequence[ClientUpdate]) -> Aggregate: ...

@@ -1,0 +1,70 @@
+"""A Deployment Engine federation on 127.0.0.1 for the deployment tests: a TLS SuperLink with
+SuperNode authentication and three SuperNodes with their own budgets (deploy.launch.Federation).
+
+Each test module starts its own (so pytest-xdist can run them side by side); every process it
+starts is stopped by its PID at the end, and the teardown fails if any process naming its folder
+or ports is left.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import json
+import os
+import signal
+import socket
+import time
+from collections.abc import Iterator
+from pathlib import Path
+
+from deploy.launch import Federation, site_nodes
+
+BUDGETS = {"site-0": 1, "site-1": 2, "site-2": 3}  # tiny-vilt has 4 selectable layers
+SETTINGS = ("model='tiny-vilt' dataset='synthetic' partitioner='iid' budgets='' local-steps=4 "
+            "batch-size=8 max-test-samples=40 optimizer-pop-size=20 optimizer-generations=10")
+RUN_TIMEOUT = 1200  # generous: other work may share the 2 cores
+
+
+def free_port_block(size: int) -> int:
+    """A port p with p..p+size-1 all free on 127.0.0.1."""
+    for _ in range(50):
+        with socket.socket() as probe:
+            probe.bind(("127.0.0.1", 0))
+            base = probe.getsockname()[1]
+        if base + size > 65535:
+            continue
+        try:
+            for port in range(base, base + size):
+                with socket.socket() as s:
+                    s.bind(("127.0.0.1", port))
+        except OSError:
+            continue
+        return base
+    raise RuntimeError("no block of free ports on 127.0.0.1")
+
+
+def start_federation(workdir: Path, extra_keys: tuple[str, ...] = ()) -> Iterator[Federation]:
+    """Start the federation (credentials for `extra_keys` too, unregistered), yield it, stop it."""
+    nodes = site_nodes([str(b) for b in BUDGETS.values()], "synthetic", "cpu", workdir)
+    fed = Federation(workdir, nodes, port=free_port_block(16))
+    fed.credentials(extra=list(extra_keys))
+    try:
+        fed.start(timeout=600)
+        yield fed
+    finally:
+        fed.stop_all()  # every process by its PID, then any SuperExec/App process left of them
+        time.sleep(2)
+        left = fed.strays()
+        for pid in left:
+            with contextlib.suppress(ProcessLookupError):
+                os.kill(pid, signal.SIGKILL)
+        assert not left, f"processes left running: {left}"
+
+
+def run_config(tmp: Path, name: str, **extra: object) -> str:
+    settings = {"results-dir": f"'{tmp}'", "run-name": f"'{name}'", **extra}
+    return SETTINGS + " " + " ".join(f"{k}={v}" for k, v in settings.items())
+
+
+def read_jsonl(path: Path) -> list[dict]:
+    return [json.loads(line) for line in path.read_text().splitlines()]
