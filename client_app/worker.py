@@ -49,6 +49,7 @@ from pathlib import Path
 
 from flwr.app import Context, Message
 
+from client_app.node import check_state_dir
 from settings.errors import ConfigError
 
 APP_DIR = Path(__file__).resolve().parent.parent  # the installed app (FAB) this module came from
@@ -104,6 +105,7 @@ def site_mod(msg: Message, context: Context, call_next: Callable[[Message, Conte
         return call_next(msg, context)
     if _IN_WORKER:
         return _run_here(msg, context, call_next)
+    check_state_dir(context.node_config)  # the worker's key and socket lock live there
     if worker_idle(context) == 0:
         import torch
 
