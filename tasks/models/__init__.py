@@ -9,8 +9,7 @@ from __future__ import annotations
 import torch
 
 from tasks.models.base import TASKS, FederatedVLM
-
-MODELS: tuple[str, ...] = ("minilm-effnet", "tiny-vilt", "hf:<local dir>")
+from tasks.names import MODELS
 
 
 def build_model(

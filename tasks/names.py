@@ -1,0 +1,17 @@
+"""Names of the models and data sets `tasks` builds, importable without building anything (no torch,
+transformers, PIL): the run settings (`settings.config`) check ``model`` and ``dataset`` in every
+process, also in a deployed ClientApp that only forwards messages to its site's worker.
+`tasks.models.build_model` and `tasks.data.load_partition` accept exactly these.
+"""
+
+MODELS: tuple[str, ...] = ("minilm-effnet", "tiny-vilt", "hf:<local dir>")
+"""``hf:<local dir>``: any transformers checkpoint on disk."""
+DATASETS: tuple[str, ...] = (
+    "easy-vqa",
+    "easy-vqa-modalities",
+    "synthetic",
+    "synthetic-multilabel",
+    "medmnist-vqa:<dir>",
+    "hf-disk:<dir>[?<option>=<value>&...]",
+    "mixed:<dataset>+<dataset>[+...]",
+)
