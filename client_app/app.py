@@ -13,16 +13,16 @@ from flwr.app import Context, Message, MetricRecord, RecordDict
 from flwr.clientapp import ClientApp
 
 import tasks
-from client_app import pia as client_pia
-from client_app.mosaic import others_metrics, sima_tracker, with_vector
 from client_app.personal import save_personal
 from client_app.replies import check_mask, error_replies
 from client_app.runtime import client_setup, load_global, reported_budget, resolve_budget
+from client_app.worker import site_mod
 from settings import HEADS_ONLY
 from strategies.records import from_record, to_record
-from tasks.scores import score_layers
 
-app = ClientApp(mods=[error_replies])
+# error_replies outermost: a setting the site cannot use is an error reply, wherever it ran;
+# site_mod: a deployed site's messages run in its warm worker (client_app.worker)
+app = ClientApp(mods=[error_replies, site_mod])
 
 
 def _scoring_batch(samples: list, size: int, seed: int) -> list:
@@ -47,8 +47,8 @@ def lntk(msg: Message, context: Context) -> Message:
         batch = _scoring_batch(setup.partition.train, int(config["score-batch-size"]),
                                setup.config.seed * 1_000_003 + server_round * 1_009
                                + setup.partition_id)
-        eigenvalues = score_layers(setup.model, batch, scorer=str(config["score"]),
-                                         mode=str(config["score-mode"]))
+        eigenvalues = tasks.score_layers(setup.model, batch, scorer=str(config["score"]),
+                                               mode=str(config["score-mode"]))
     metrics = {
         "eigenvalues": [float(v) for v in eigenvalues],
         "budget": resolve_budget(setup, context),
@@ -70,6 +70,9 @@ def train(msg: Message, context: Context) -> Message:
     server_round = int(config["server-round"])
     layers = check_mask(config["mask"], len(setup.model.layer_names), reported_budget(setup, context),
                         heads_only=setup.config.strategy == HEADS_ONLY)
+    from client_app import pia as client_pia  # the ML stack: only where a handler runs (worker)
+    from client_app.mosaic import sima_tracker, with_vector
+
     received = from_record(msg.content["arrays"])
     stored = load_global(setup, context, received, str(config["run-dir"]), before=server_round)
     tracker = sima_tracker(setup, stored)
@@ -110,6 +113,8 @@ def evaluate(msg: Message, context: Context) -> Message:
                              batch_size=max(64, setup.config.batch_size), device=setup.device)
     metrics["num-examples"] = int(metrics.pop("num_examples"))
     metrics["partition-id"] = setup.partition_id
+    from client_app.mosaic import others_metrics
+
     metrics.update(others_metrics(setup))
     if setup.partition.task == "vqa":
         metrics["majority-accuracy"] = tasks.majority_accuracy(setup.partition.test)

@@ -19,8 +19,8 @@ import numpy as np
 
 import tasks
 from client_app.runtime import ClientSetup, _partition
-from tasks.models import MODEL_SIZES
 from tasks.mosaic import VECTOR_KEY, SimaTracker
+from tasks.names import MODEL_SIZES
 
 
 @lru_cache(maxsize=1)

@@ -10,6 +10,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 from functools import lru_cache
+from pathlib import Path
 
 import numpy as np
 from flwr.app import ConfigRecord, Context
@@ -18,7 +19,7 @@ import tasks
 from client_app.node import NodeSettings, node_settings
 from client_app.personal import load_personal
 from settings import ConfigError, RunConfig, check_fits
-from tasks.mosaic import VECTOR_KEY
+from tasks.names import SIMA_VECTOR as VECTOR_KEY
 
 BUDGET_KEY = "layer-budget"  # context.state record: the budget this node last reported
 
@@ -44,7 +45,12 @@ class ClientSetup:
 
 @lru_cache(maxsize=4)
 def _partition(dataset: str, pid: int, num: int, partitioner: str, seed: int, max_train: int,
-               max_test: int) -> tasks.Partition:
+               max_test: int, state_dir: str = "") -> tasks.Partition:
+    if state_dir:  # a deployed site: its prepared partition, memory-mapped from its state-dir
+        from tasks.data.cache import cached_partition
+
+        return cached_partition(Path(state_dir) / "cache" / "partitions", dataset, pid, num,
+                                partitioner, seed, max_train or None, max_test or None)
     return tasks.load_partition(dataset, pid, num, partitioner, seed=seed,
                                 max_train=max_train or None, max_test=max_test or None)
 
@@ -65,7 +71,7 @@ def client_setup(context: Context) -> ClientSetup:
     try:
         partition = _partition(node.dataset, node.partition_id, node.num_partitions,
                                config.partitioner, config.seed, config.max_train_samples,
-                               config.max_test_samples)
+                               config.max_test_samples, str(context.node_config.get("state-dir", "")))
     except (ValueError, OSError) as err:  # e.g. a partition left without samples, a bad file
         raise ConfigError(f"dataset = {node.dataset!r} cannot be loaded on this node: {err}") from None
     try:

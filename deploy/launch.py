@@ -37,6 +37,7 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 
+from client_app.worker import available_cores
 from deploy.make_certs import Credentials, make_credentials
 
 PROJECT_ROOT = Path(__file__).resolve().parent.parent
@@ -90,9 +91,19 @@ def node_config_arg(config: dict[str, object]) -> str:
     return " ".join(f"{key}={toml_value(value)}" for key, value in config.items())
 
 
+def core_shares(num_sites: int, cores: int | None = None) -> list[int]:
+    """Torch threads per site when ``num_sites`` sites share this machine's ``cores`` (default: the
+    cores this process may use): an even split, the remainder to the first sites, at least 1 each,
+    as if every site had its own host with that many cores."""
+    cores = available_cores() if cores is None else cores
+    return [max(1, cores // num_sites + (i < cores % num_sites)) for i in range(num_sites)]
+
+
 def site_nodes(budgets: Sequence[str], dataset: str, device: str, workdir: Path) -> list[Node]:
-    """Nodes ``site-0..N-1`` sharing one data set split N ways, each with its own budget."""
+    """Nodes ``site-0..N-1`` sharing one data set split N ways, each with its own budget and its
+    share of this machine's cores (``num-threads``)."""
     nodes = []
+    threads = core_shares(len(budgets))
     for pid, budget in enumerate(budgets):
         value: object = budget if budget == "auto" else int(budget)
         if value != "auto" and int(value) < 1:
@@ -100,6 +111,7 @@ def site_nodes(budgets: Sequence[str], dataset: str, device: str, workdir: Path)
         name = f"site-{pid}"
         nodes.append(Node(name, {"layer-budget": value, "dataset": dataset, "partition-id": pid,
                                  "num-partitions": len(budgets), "device": device,
+                                 "num-threads": threads[pid],
                                  "state-dir": str(workdir / "sites" / name / "state")}))
     return nodes
 
@@ -388,6 +400,7 @@ def parse_nodes(args: argparse.Namespace, workdir: Path) -> list[Node]:
 
     if args.node_config:
         nodes = []
+        threads = core_shares(len(args.node_config))
         for i, text in enumerate(args.node_config):
             try:
                 config = dict(parse_config_args([text]))
@@ -397,6 +410,7 @@ def parse_nodes(args: argparse.Namespace, workdir: Path) -> list[Node]:
                 raise ValueError(f"--node-config {text!r} sets no key=value")
             name = f"site-{i}"
             config.setdefault("state-dir", str(workdir / "sites" / name / "state"))
+            config.setdefault("num-threads", threads[i])
             nodes.append(Node(name, config))
         return nodes
     budgets = [b.strip() for b in args.budgets.split(",") if b.strip()]

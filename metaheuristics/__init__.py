@@ -4,10 +4,15 @@ Turns every client's layer-importance scores into one layer mask per client with
 k_i layers, maximising summed importance and minimising the spread of the layer-selection
 histogram (Eq. 21), with NSGA-II (pymoo), MOPSO, SA, ACO, ABC, the paper's own GA, and
 non-optimising references.
+
+The public names load on first use (`lazy_loader`, SPEC 1), so importing a submodule such as
+`metaheuristics.names` does not import pymoo and scipy.
 """
 
-from metaheuristics.api import ALGORITHMS, optimize
-from metaheuristics.indicators import hypervolume, normalize_front
-from metaheuristics.result import Assignment, Front
+import lazy_loader
 
-__all__ = ["ALGORITHMS", "Assignment", "Front", "hypervolume", "normalize_front", "optimize"]
+__getattr__, __dir__, __all__ = lazy_loader.attach(__name__, submod_attrs={
+    "api": ["ALGORITHMS", "optimize"],
+    "indicators": ["hypervolume", "normalize_front"],
+    "result": ["Assignment", "Front"],
+})

@@ -10,19 +10,12 @@ import numpy as np
 
 from metaheuristics import aco, bee_colony, mopso, nsga2, paper_ga, reference, sa
 from metaheuristics.archive import PICKS, ParetoArchive
+from metaheuristics.names import ALGORITHMS, SEARCHES
 from metaheuristics.problem import make_instance
 from metaheuristics.result import Assignment
 from metaheuristics.search import Context, drive
 
-_SEARCHES = {
-    "nsga2": nsga2,
-    "mopso": mopso,
-    "sa": sa,
-    "aco": aco,
-    "abc": bee_colony,
-    "paper-ga": paper_ga,
-}
-ALGORITHMS: tuple[str, ...] = (*_SEARCHES, *reference.SOLVERS)
+_SEARCHES = dict(zip(SEARCHES, (nsga2, mopso, sa, aco, bee_colony, paper_ga), strict=True))
 
 # name -> (lowest, highest, lowest is allowed); integer params are those with int defaults
 _COUNT, _SHARE = (1, None, True), (0.0, 1.0, True)

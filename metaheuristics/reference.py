@@ -16,6 +16,7 @@ from collections.abc import Iterator
 import numpy as np
 
 from metaheuristics.moves import take_smallest, top_k
+from metaheuristics.names import REFERENCES
 from metaheuristics.problem import Instance
 from metaheuristics.search import Batch, Context
 
@@ -36,7 +37,7 @@ def last(instance: Instance, seed: int) -> np.ndarray:
     return take_smallest(keys[None], instance.budgets)
 
 
-SOLVERS = {"topk": topk, "random": random, "last": last}
+SOLVERS = dict(zip(REFERENCES, (topk, random, last), strict=True))
 
 
 def steps(ctx: Context, name: str) -> Iterator[Batch]:

@@ -14,17 +14,16 @@ from collections.abc import Mapping
 from dataclasses import dataclass, fields
 from pathlib import Path
 
-from metaheuristics import ALGORITHMS
+from metaheuristics.names import SEARCHES
 from settings.budgets import parse_budgets
 from settings.errors import ConfigError
-from tasks import DATASETS, MODELS
 from tasks.data.mixed import PREFIX as MIXED_PREFIX
 from tasks.data.mixed import parse_mixed
 from tasks.data.partition import parse_partitioner
-from tasks.models import MODEL_SIZES
+from tasks.names import DATASETS, MODEL_SIZES, MODELS
 
 PROJECT_ROOT = Path(__file__).resolve().parent.parent
-OPTIMIZERS = tuple(a for a in ALGORITHMS if a not in ("topk", "random", "last"))
+OPTIMIZERS = SEARCHES  # the optimising algorithms, not the references (topk, random, last)
 AGGREGATIONS = ("masked-fedavg", "fedpia", "sima")
 """Names of `strategies.aggregation.AGGREGATIONS`, kept here so that settings (read by both apps)
 need not import the server's strategies; tests/test_selection_registry.py keeps the two equal."""

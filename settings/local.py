@@ -11,7 +11,6 @@ from pathlib import Path
 
 from settings.config import RunConfig
 from settings.errors import ConfigError
-from tasks import resolve_device
 from tasks.data.mixed import PREFIX as MIXED_PREFIX
 from tasks.data.mixed import parse_mixed
 
@@ -47,6 +46,8 @@ def check_model_here(model: str) -> None:
 
 def check_device_here(device: str, key: str = "device") -> str:
     """The torch device `device` resolves to on this machine (``auto`` -> ``cuda`` or ``cpu``)."""
+    from tasks.device import resolve_device  # torch: only where a device is resolved
+
     try:
         return resolve_device(device)
     except ValueError as err:

@@ -4,25 +4,16 @@ A run has two independent axes, each a registry of small modules:
 - `strategies.selection` (`SELECTIONS`): which layers each client trains (run config ``strategy``);
 - `strategies.aggregation` (`AGGREGATIONS`): how their updates are combined (``aggregation``).
 `strategies.layer_selection` is the one Flower strategy that runs a round with any pair of them.
+
+The public names load on first use (`lazy_loader`, SPEC 1): a client importing the wire format
+(`strategies.records`) does not import the server's strategy and its optimisers (pymoo, scipy).
 """
 
-from strategies.aggregation import AGGREGATIONS, Aggregate, Aggregator, ClientUpdate, masked_fedavg
-from strategies.layer_selection import QUERY_LNTK, LayerSelectionStrategy, RoundLog
-from strategies.selection import SELECTIONS, SelectionRule, make_rule
-from strategies.validation import LayerReport, Rejected
+import lazy_loader
 
-__all__ = [
-    "AGGREGATIONS",
-    "QUERY_LNTK",
-    "SELECTIONS",
-    "Aggregate",
-    "Aggregator",
-    "ClientUpdate",
-    "LayerReport",
-    "LayerSelectionStrategy",
-    "Rejected",
-    "RoundLog",
-    "SelectionRule",
-    "make_rule",
-    "masked_fedavg",
-]
+__getattr__, __dir__, __all__ = lazy_loader.attach(__name__, submod_attrs={
+    "aggregation": ["AGGREGATIONS", "Aggregate", "Aggregator", "ClientUpdate", "masked_fedavg"],
+    "layer_selection": ["QUERY_LNTK", "LayerSelectionStrategy", "RoundLog"],
+    "selection": ["SELECTIONS", "SelectionRule", "make_rule"],
+    "validation": ["LayerReport", "Rejected"],
+})

@@ -2,16 +2,29 @@
 
 Every array key starts with the index of the selectable layer it belongs to (``"3:encoder.layer.3...
 lora_B.weight"``), so the server can aggregate per layer without knowing the model.
+
+A state travels packed: one Flower ``Array`` holding one safetensors buffer (names, shapes and
+dtypes in its JSON header, the raw bytes after it; the key order in its metadata), not one
+``Array`` per parameter. Flower 1.41 moves every ``Array`` of a message as an object of its own,
+so the 134 LoRA matrices of minilm-effnet cost about 300 HTTP requests per hop, most of a deployed
+message's overhead (deploy/README.md, "Cost of a message"); packed, a message is a few objects.
+An empty state (``strategy = "none"``: heads only) is an empty ``ArrayRecord``: nothing is sent.
 """
 
 from __future__ import annotations
 
+import io
+import json
 from collections.abc import Iterable, Mapping
 
 import numpy as np
 from flwr.app import Array, ArrayRecord
+from safetensors.numpy import load, save
 
 State = dict[str, np.ndarray]
+PACKED = "adapters"  # the one Array of a packed record
+STYPE = "safetensors"  # its serialisation type (Flower's ``Array.stype``)
+_ORDER = "order"  # safetensors metadata: the state's keys in their order (the buffer sorts them)
 
 
 def layer_index(key: str) -> int:
@@ -23,18 +36,44 @@ def layer_index(key: str) -> int:
 
 
 def to_record(state: Mapping[str, np.ndarray]) -> ArrayRecord:
-    """Pack a state dict into an ``ArrayRecord`` (keys kept in order)."""
-    return ArrayRecord({key: Array(np.ascontiguousarray(value)) for key, value in state.items()})
+    """Pack a state dict into an ``ArrayRecord`` of one safetensors ``Array`` (keys kept in order,
+    shapes and dtypes exact); an empty state gives an empty record."""
+    if not state:
+        return ArrayRecord()
+    arrays = {key: np.require(value, requirements='C') for key, value in state.items()}  # 0-d stays 0-d
+    blob = save(arrays, metadata={_ORDER: json.dumps(list(arrays))})
+    return ArrayRecord({PACKED: Array(dtype="uint8", shape=(len(blob),), stype=STYPE, data=blob)})
 
 
 def from_record(record: ArrayRecord) -> State:
-    """Unpack an ``ArrayRecord`` into a state dict of numpy arrays."""
-    return {key: array.numpy() for key, array in record.items()}
+    """Unpack a record made by `to_record`; ``ValueError`` (or safetensors' error) for any other
+    record or a buffer whose bytes do not match its header."""
+    if len(record) == 0:
+        return {}
+    if list(record) != [PACKED] or record[PACKED].stype != STYPE:
+        raise ValueError(f"record holds {sorted(record)[:3]}, not one packed {STYPE!r} array {PACKED!r}")
+    blob = record[PACKED].data
+    arrays = load(blob)
+    size = int.from_bytes(blob[:8], "little")  # safetensors: u64 header length, then the JSON header
+    order = json.loads(json.loads(blob[8:8 + size]).get("__metadata__", {}).get(_ORDER, "null"))
+    if not isinstance(order, list) or sorted(order) != sorted(arrays):
+        raise ValueError(f"packed record's key order {order!r} does not list its arrays")
+    return {key: arrays[key] for key in order}
+
+
+def npy_bytes(value: np.ndarray) -> int:
+    """Size of `value` serialized on its own as ``.npy`` (header + raw bytes), as a Flower ``Array``
+    of that one array would carry it (``len(Array(value).data)``)."""
+    header = io.BytesIO()
+    np.lib.format.write_array_header_1_0(header, np.lib.format.header_data_from_array_1_0(value))
+    return header.tell() + value.nbytes
 
 
 def record_bytes(record: ArrayRecord) -> int:
-    """Serialized payload size of the arrays in a record (what actually crosses the network)."""
-    return sum(len(array.data) for array in record.values())
+    """Adapter payload of a record: the bytes of its arrays, each as its own ``.npy`` (what every
+    run has reported as ``bytes-up``/``bytes-down`` since the first; the packed buffer carries the
+    same raw bytes with one shared header instead of one per array). 0 for an empty record."""
+    return sum(npy_bytes(value) for value in from_record(record).values())
 
 
 def select_layers(state: Mapping[str, np.ndarray], layers: Iterable[int]) -> State:

@@ -171,29 +171,23 @@ def check_update(msg: Message, global_state: State, assigned: Iterable[int],
     allowed = set(assigned)
     if not isinstance(record, ArrayRecord) or (len(record) == 0 and allowed):
         raise Rejected(f"reply has no ArrayRecord '{ARRAYS_KEY}'")
-    for key, array in record.items():
+    try:
+        state = from_record(record)
+    except Exception as err:  # not a packed record, or bytes that do not match its header
+        raise Rejected(f"arrays could not be decoded: {err}") from err
+    for key, value in state.items():
         if key not in global_state:
             raise Rejected(f"unknown array key {key!r}")
         if layer_index(key) not in allowed:
             raise Rejected(f"array {key!r} belongs to layer {layer_index(key)}, not assigned")
         expected = global_state[key]
-        if tuple(array.shape) != expected.shape or array.dtype != str(expected.dtype):
-            raise Rejected(
-                f"array {key!r} is {array.dtype}{list(array.shape)}, "
-                f"expected {expected.dtype}{list(expected.shape)}"
-            )
-    missing = sorted(k for k in global_state if layer_index(k) in allowed and k not in record)
+        if value.shape != expected.shape or value.dtype != expected.dtype:
+            raise Rejected(f"array {key!r} is {value.dtype}{list(value.shape)}, "
+                           f"expected {expected.dtype}{list(expected.shape)}")
+    missing = sorted(k for k in global_state if layer_index(k) in allowed and k not in state)
     if missing:
         raise Rejected(f"{len(missing)} arrays of assigned layers missing, e.g. {missing[0]!r}")
-    try:
-        state = from_record(record)
-    except Exception as err:  # a payload whose bytes do not match its declared shape/dtype
-        raise Rejected(f"arrays could not be decoded: {err}") from err
     for key, value in state.items():
-        expected = global_state[key]
-        if value.shape != expected.shape or value.dtype != expected.dtype:
-            raise Rejected(f"array {key!r} decodes to {value.dtype}{list(value.shape)}, "
-                           f"not its declared {expected.dtype}{list(expected.shape)}")
         if not np.isfinite(value).all():
             raise Rejected(f"array {key!r} contains NaN or inf")
     if expected_examples is not None and num_examples != expected_examples:

@@ -1,54 +1,23 @@
 """F3OCUS client-side tasks: models with selectable layers, adapters, LNTK layer scores, local
-training/evaluation, memory budgets and federated data partitions. No Flower here."""
+training/evaluation, memory budgets and federated data partitions. No Flower here.
 
-from tasks.adapters import (
-    ADAPTERS,
-    freeze_except,
-    get_layer_state,
-    get_personal_state,
-    layer_of_key,
-    layer_parameter_names,
-    set_layer_state,
-    set_personal_state,
-)
-from tasks.budget import estimate_budget
-from tasks.data import (
-    DATASETS,
-    PARTITIONERS,
-    Partition,
-    Sample,
-    load_partition,
-    majority_accuracy,
-)
-from tasks.device import resolve_device
-from tasks.lntk import MODES, LayerScores, layer_scores
-from tasks.models import MODELS, FederatedVLM, build_model
-from tasks.train import evaluate, round_lr, train
+The public names below are imported on first use (`lazy_loader`, SPEC 1), so ``import tasks``
+costs nothing: a deployed ClientApp process that only forwards a message to its site's warm worker
+(`client_app.worker`) never imports torch, transformers or peft.
+"""
 
-__all__ = [
-    "ADAPTERS",
-    "DATASETS",
-    "MODELS",
-    "MODES",
-    "PARTITIONERS",
-    "FederatedVLM",
-    "LayerScores",
-    "Partition",
-    "Sample",
-    "build_model",
-    "estimate_budget",
-    "evaluate",
-    "freeze_except",
-    "get_layer_state",
-    "get_personal_state",
-    "layer_of_key",
-    "layer_parameter_names",
-    "layer_scores",
-    "load_partition",
-    "majority_accuracy",
-    "resolve_device",
-    "round_lr",
-    "set_layer_state",
-    "set_personal_state",
-    "train",
-]
+from __future__ import annotations
+
+import lazy_loader
+
+__getattr__, __dir__, __all__ = lazy_loader.attach(__name__, submod_attrs={
+    "adapters": ["ADAPTERS", "freeze_except", "get_layer_state", "get_personal_state", "layer_of_key",
+                 "layer_parameter_names", "set_layer_state", "set_personal_state"],
+    "budget": ["estimate_budget"],
+    "data": ["DATASETS", "PARTITIONERS", "Partition", "Sample", "load_partition", "majority_accuracy"],
+    "device": ["resolve_device"],
+    "lntk": ["MODES", "LayerScores", "layer_scores"],
+    "models": ["MODELS", "FederatedVLM", "build_model"],
+    "scores": ["score_layers"],
+    "train": ["evaluate", "round_lr", "train"],  # `tasks.train`: the function (lazy_loader's guard)
+})

@@ -21,7 +21,6 @@ from collections.abc import Iterable
 
 import numpy as np
 import torch
-from peft import LoraConfig, inject_adapter_in_model
 from torch import nn
 
 from tasks.models.base import FederatedVLM, is_under
@@ -53,6 +52,8 @@ def apply_adapter(model: FederatedVLM, adapter: str, lora_rank: int = 8, *, gate
     elif gated:
         raise ValueError(f"adapter = {adapter!r} has no global branch for SIMA; use lora or pq-lora")
     elif adapter == "lora":
+        from peft import LoraConfig, inject_adapter_in_model  # only where adapters are injected
+
         if not isinstance(lora_rank, int) or lora_rank < 1:
             raise ValueError(f"lora_rank must be a positive int, got {lora_rank!r}")
         targets = lora_targets(model)

@@ -19,7 +19,7 @@ from flwr.common.constant import SUPERLINK_NODE_ID, ErrorCode
 
 from strategies import LayerSelectionStrategy, RoundLog, make_rule
 from strategies.layer_selection import QUERY_LNTK, weighted_means
-from strategies.records import State, from_record, layer_index, to_record
+from strategies.records import PACKED, State, from_record, layer_index, to_record
 from tests.inprocess import InProcessGrid
 
 L = 6
@@ -145,18 +145,21 @@ def lost_node(reply: Message, msg: Message) -> list[Message]:
 
 
 def oversize(state: State, msg: Message) -> ArrayRecord:
-    """Declared shape and dtype are right, the payload is a 100x larger float64 array."""
-    key = first(state)
-    big = Array(np.full((400, 300), POISON))
-    fake = Array(dtype=str(state[key].dtype), shape=tuple(state[key].shape), stype=big.stype, data=big.data)
-    return ArrayRecord({**{k: Array(v) for k, v in poisoned(state).items()}, key: fake})
+    """The packed buffer carries 100x more bytes than its header declares."""
+    packed = to_record(poisoned(state))[PACKED]
+    data = packed.data + np.full((400, 300), POISON).tobytes()
+    return ArrayRecord({PACKED: Array(dtype=packed.dtype, shape=(len(data),), stype=packed.stype, data=data)})
 
 
 def truncated(state: State, msg: Message) -> ArrayRecord:
-    key = first(state)
-    good = Array(state[key])
-    cut = Array(dtype=good.dtype, shape=tuple(good.shape), stype=good.stype, data=good.data[:-8])
-    return ArrayRecord({**{k: Array(v) for k, v in state.items()}, key: cut})
+    packed = to_record(state)[PACKED]
+    cut = packed.data[:-8]
+    return ArrayRecord({PACKED: Array(dtype=packed.dtype, shape=(len(cut),), stype=packed.stype, data=cut)})
+
+
+def unpacked(state: State, msg: Message) -> ArrayRecord:
+    """One Array per parameter (Flower's own layout), not the packed record the server expects."""
+    return ArrayRecord({k: Array(v) for k, v in state.items()})
 
 
 def unassigned(state: State, msg: Message) -> State:
@@ -213,8 +216,9 @@ TRAIN_CASES = {
                     "float64"),
     "nan-array": (update(lambda s, m: {**s, first(s): np.full_like(s[first(s)], np.nan)}), "NaN or inf"),
     "inf-array": (update(lambda s, m: {**s, first(s): np.full_like(s[first(s)], np.inf)}), "NaN or inf"),
-    "oversize-payload": (update(oversize), "decodes to float64[400, 300]"),
+    "oversize-payload": (update(oversize), "could not be decoded"),
     "truncated-payload": (update(truncated), "could not be decoded"),
+    "unpacked-arrays": (update(unpacked), "could not be decoded"),
     "missing-assigned-array": (update(lambda s, m: dict(list(poisoned(s).items())[1:])), "missing"),
     "examples-missing": (update(**{"num-examples": None}), "missing 'num-examples'"),
     "examples-zero": (update(**{"num-examples": 0}), "'num-examples' = 0"),

@@ -14,7 +14,7 @@ from cryptography.hazmat.primitives.serialization import load_ssh_private_key
 from flwr.cli.supernode.register import try_load_public_key
 from flwr.common.config import parse_config_args
 
-from deploy.launch import Node, node_config_arg, parse_nodes, site_nodes, with_node_budgets
+from deploy.launch import Node, core_shares, node_config_arg, parse_nodes, site_nodes, with_node_budgets
 from deploy.make_certs import make_credentials, make_node_keys
 
 
@@ -96,3 +96,19 @@ def test_node_config_strings_from_the_command_line(tmp_path):
     with pytest.raises(ValueError, match="--budgets"):
         parse_nodes(argparse.Namespace(node_config=[], budgets=" , ", dataset="d", device="cpu"),
                     Path(tmp_path))
+
+
+@pytest.mark.parametrize("sites, cores, shares", [
+    (3, 2, [1, 1, 1]), (3, 8, [3, 3, 2]), (2, 2, [1, 1]), (1, 16, [16]), (4, 6, [2, 2, 1, 1]),
+])
+def test_launch_divides_the_cores_among_the_sites(sites, cores, shares):
+    assert core_shares(sites, cores) == shares
+
+
+def test_every_launched_site_gets_its_share_of_threads_unless_its_node_config_sets_one(tmp_path):
+    shares = core_shares(3)
+    assert [n.config["num-threads"] for n in site_nodes(["1", "2", "3"], "synthetic", "cpu", tmp_path)] \
+        == shares
+    args = argparse.Namespace(node_config=["layer-budget=2 num-threads=7", "layer-budget=1"], budgets="")
+    nodes = parse_nodes(args, tmp_path)
+    assert [n.config["num-threads"] for n in nodes] == [7, core_shares(2)[1]]

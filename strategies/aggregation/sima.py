@@ -26,8 +26,8 @@ from flwr.supercore import log
 from strategies.aggregation.masked_fedavg import masked_fedavg
 from strategies.aggregation.types import Aggregate, ClientUpdate
 from strategies.records import State
+from tasks.names import SIMA_VECTOR as VECTOR_KEY
 
-VECTOR_KEY = "sima-grad"  # = tasks.mosaic.VECTOR_KEY (the server does not import the client's tasks)
 TAU = 0.5  # paper appendix "Implementation Details": τ = 0.5 in all experiments
 
 

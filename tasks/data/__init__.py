@@ -6,17 +6,15 @@ through modality transform i mod 8, `tasks.data.transforms`), synthetic and synt
 on MedMNIST files, `tasks.data.medmnist`), hf-disk:<dir>[?<option>=<value>&...] (your own VQA
 set saved with Hugging Face ``datasets``, `tasks.data.hfdisk`), mixed:<a>+<b> (client i holds
 component i mod 2, `tasks.data.mixed`). Partitioners (`PARTITIONERS`): iid, dirichlet:<gamma>,
-by-question-type[:<gamma>] (`tasks.data.partition`)."""
+by-question-type[:<gamma>] (`tasks.data.partition`).
 
-from tasks.data.load import DATASETS, load_partition
-from tasks.data.partition import PARTITIONERS
-from tasks.data.types import Partition, Sample, majority_accuracy
+The public names load on first use (`lazy_loader`, SPEC 1): the settings' checks import
+`tasks.data.partition` and `tasks.data.mixed` without the loaders (PIL, easy-vqa, datasets)."""
 
-__all__ = [
-    "DATASETS",
-    "PARTITIONERS",
-    "Partition",
-    "Sample",
-    "load_partition",
-    "majority_accuracy",
-]
+import lazy_loader
+
+__getattr__, __dir__, __all__ = lazy_loader.attach(__name__, submod_attrs={
+    "load": ["DATASETS", "load_partition"],
+    "partition": ["PARTITIONERS"],
+    "types": ["Partition", "Sample", "majority_accuracy"],
+})

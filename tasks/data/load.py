@@ -23,16 +23,7 @@ from tasks.data.partition import parse_partitioner, split_indices
 from tasks.data.synthetic import load_synthetic, load_synthetic_multilabel
 from tasks.data.transforms import apply_modality
 from tasks.data.types import Partition, Sample, Source, Split
-
-DATASETS: tuple[str, ...] = (
-    "easy-vqa",
-    "easy-vqa-modalities",
-    "synthetic",
-    "synthetic-multilabel",
-    "medmnist-vqa:<dir>",
-    "hf-disk:<dir>[?<option>=<value>&...]",
-    "mixed:<dataset>+<dataset>[+...]",
-)
+from tasks.names import DATASETS
 
 _LOADERS: dict[str, Callable[[int], Source]] = {
     "easy-vqa": lambda seed: load_easy_vqa(),

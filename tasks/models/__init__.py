@@ -9,11 +9,7 @@ from __future__ import annotations
 import torch
 
 from tasks.models.base import TASKS, FederatedVLM
-
-MODELS: tuple[str, ...] = ("minilm-effnet", "tiny-vilt", "hf:<local dir>")
-MODEL_SIZES: tuple[str, ...] = ("base", "large")
-"""FedMosaic's two client sizes of one family: ``large`` is minilm-effnet with EfficientNet-Lite2
-(deeper, wider image tower) or tiny-vilt 48 wide instead of 32; hf:<dir> has only ``base``."""
+from tasks.names import MODEL_SIZES, MODELS
 
 
 def build_model(

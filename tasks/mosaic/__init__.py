@@ -8,8 +8,9 @@
 The server side (similarity matrix and per-client weights, Eq. 5) is `strategies.aggregation.sima`.
 """
 
-from tasks.mosaic.modules import GATE, GLOBAL, LOCAL, MosaicLinear, block_layers
-from tasks.mosaic.sima import VECTOR_KEY, SimaTracker, last_layer_gradient
+import lazy_loader
 
-__all__ = ["GATE", "GLOBAL", "LOCAL", "VECTOR_KEY", "MosaicLinear", "SimaTracker", "block_layers",
-           "last_layer_gradient"]
+__getattr__, __dir__, __all__ = lazy_loader.attach(__name__, submod_attrs={
+    "modules": ["GATE", "GLOBAL", "LOCAL", "MosaicLinear", "block_layers"],
+    "sima": ["VECTOR_KEY", "SimaTracker", "last_layer_gradient"],
+})

@@ -1,0 +1,187 @@
+"""Seconds per round of one job on the Deployment Engine and on the Simulation Engine, side by side.
+
+    python -m deploy.bench [--budgets 2,4,6] [--dataset easy-vqa] [--rounds 2] [--run-config "..."]
+                           [--worker-idle S] [--json]
+
+Runs the same job twice on this machine, one after the other in the same invocation (so both see
+the same machine load; the ratio is the figure to compare between invocations):
+1. ``deployed``: `deploy.launch.Federation` on 127.0.0.1 (TLS, SuperNode authentication), one
+   SuperNode per budget, each with its share of the cores (``num-threads``) and its ``state-dir``;
+2. ``simulated``: ``python run_simulation.py --num-clients N`` (Ray, its default client resources).
+Both use the app's run config plus ``budgets``, ``dataset`` and ``num-server-rounds``; seconds per
+round are the mean of ``rounds.jsonl``'s ``seconds`` (the ServerApp's wall time of each round).
+Per-message overhead is read from the sites' ``timings.jsonl`` (`client_app.worker`): seconds from
+the ClientApp process's start to its reply, less the handler's own work; ``overhead_s`` is the
+median over all messages of the run. ``cat /proc/loadavg`` is printed before and after each engine.
+With ``--json`` the last line is one JSON object with ``deployed_s_per_round``,
+``simulated_s_per_round``, ``ratio`` (deployed / simulated), ``overhead_s`` and the details.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import socket
+import statistics
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+from deploy.launch import PROJECT_ROOT, Federation, LaunchError, site_nodes, with_node_budgets
+
+
+def loadavg() -> str:
+    """``/proc/loadavg`` (1, 5, 15 minute load, runnable/total tasks), or "" where there is none."""
+    try:
+        return Path("/proc/loadavg").read_text().strip()
+    except OSError:
+        return ""
+
+
+def free_port_block(size: int, tries: int = 50) -> int:
+    """A port p such that p..p+size-1 are all free on 127.0.0.1 (SuperLink + one per SuperNode)."""
+    for _ in range(tries):
+        with socket.socket() as probe:
+            probe.bind(("127.0.0.1", 0))
+            base = probe.getsockname()[1]
+        if base + size <= 65535 and all(_free(port) for port in range(base, base + size)):
+            return base
+    raise RuntimeError(f"no block of {size} free ports on 127.0.0.1")
+
+
+def _free(port: int) -> bool:
+    with socket.socket() as s:
+        try:
+            s.bind(("127.0.0.1", port))
+        except OSError:
+            return False
+    return True
+
+
+def seconds_per_round(run_dir: Path) -> list[float]:
+    """The ServerApp's wall seconds of every round of a finished run."""
+    rows = [json.loads(line) for line in (run_dir / "rounds.jsonl").read_text().splitlines()]
+    return [float(row["seconds"]) for row in rows]
+
+
+def message_timings(state_dirs: list[Path], run_id: int | None) -> list[dict]:
+    """Every message of run `run_id` that the sites recorded in their ``timings.jsonl``."""
+    rows = []
+    for folder in state_dirs:
+        path = folder / "timings.jsonl"
+        if path.is_file():
+            rows += [row for line in path.read_text().splitlines()
+                     if (row := json.loads(line))["run-id"] == run_id]
+    return rows
+
+
+def run_deployed(args: argparse.Namespace, workdir: Path, run_config: str) -> dict:
+    budgets = [b.strip() for b in args.budgets.split(",")]
+    nodes = site_nodes(budgets, args.dataset, args.device, workdir / "federation")
+    for node in nodes:
+        if args.worker_idle is not None:
+            node.config["worker-idle"] = args.worker_idle
+    with Federation(workdir / "federation", nodes, port=free_port_block(len(nodes) + 2),
+                    app_dir=args.app_dir) as fed:
+        fed.start()
+        start = time.monotonic()
+        result = fed.run(with_node_budgets(run_config, nodes), timeout=args.timeout)
+        wall = time.monotonic() - start
+    if not result.ok:
+        raise LaunchError(f"deployed run ended {result.status}; see {fed.logs}")
+    messages = message_timings([Path(str(n.config["state-dir"])) for n in nodes], result.run_id)
+    return {"wall_s": wall, "messages": messages, "nodes": [n.config for n in nodes]}
+
+
+def run_simulated(args: argparse.Namespace, workdir: Path, run_config: str) -> dict:
+    command = [sys.executable, "run_simulation.py", "--num-clients", str(len(args.budgets.split(","))),
+               "--run-config", run_config]
+    if args.client_cpus is not None:
+        command += ["--client-cpus", str(args.client_cpus)]
+    env = {**os.environ, "PYTHONPATH": str(args.app_dir)}  # that checkout's modules, also in Ray
+    start = time.monotonic()
+    with open(workdir / "simulation.log", "w") as log:
+        done = subprocess.run(command, cwd=args.app_dir, env=env, stdout=log, stderr=subprocess.STDOUT,
+                              timeout=args.timeout)
+    if done.returncode != 0:
+        raise LaunchError(f"simulated run exited {done.returncode}; see {workdir / 'simulation.log'}")
+    return {"wall_s": time.monotonic() - start, "command": command[1:]}
+
+
+def summary(deployed: dict, simulated: dict) -> dict:
+    """The figures: seconds per round of each engine, their ratio, per-message overhead medians."""
+    dep, sim = statistics.fmean(deployed["rounds"]), statistics.fmean(simulated["rounds"])
+    messages = deployed["messages"]
+
+    def median(key: str, kind: str | None = None) -> float | None:
+        values = [m[key] for m in messages if kind is None or m["message"] == kind]
+        return statistics.median(values) if values else None
+
+    kinds = sorted({m["message"] for m in messages})
+    return {
+        "deployed_s_per_round": dep, "simulated_s_per_round": sim, "ratio": dep / sim,
+        "overhead_s": median("overhead"), "messages": len(messages),
+        "overhead_by_message": {k: median("overhead", k) for k in kinds},
+        "medians": {k: median(k) for k in ("start-to-handler", "cpu-to-handler", "setup", "work")},
+        "deployed_rounds_s": deployed["rounds"], "simulated_rounds_s": simulated["rounds"],
+        "where": sorted({m["where"] for m in messages}),
+        "loadavg": {"deployed": deployed["loadavg"], "simulated": simulated["loadavg"]},
+    }
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--budgets", default="2,4,6", help="one layer budget per site (default 2,4,6)")
+    parser.add_argument("--dataset", default="easy-vqa", help="data set the sites split (default easy-vqa)")
+    parser.add_argument("--rounds", type=int, default=2, help="federated rounds (default 2)")
+    parser.add_argument("--run-config", default="", help='further run settings, "key=value ..."')
+    parser.add_argument("--device", default="cpu", help="device of every site (default cpu)")
+    parser.add_argument("--worker-idle", type=float, default=None,
+                        help="node setting worker-idle (0: a fresh process per message, as Flower does)")
+    parser.add_argument("--client-cpus", type=float, default=None,
+                        help="run_simulation.py --client-cpus (default: its own default)")
+    parser.add_argument("--workdir", type=Path, default=PROJECT_ROOT / "results" / "bench",
+                        help="federation, logs and results (default results/bench)")
+    parser.add_argument("--timeout", type=float, default=3600, help="seconds per engine before giving up")
+    parser.add_argument("--app-dir", type=Path, default=PROJECT_ROOT,
+                        help="checkout whose app both engines run (default: this one; an older "
+                             "checkout gives the 'before' figures, without per-message timings)")
+    parser.add_argument("--json", action="store_true", help="end with one JSON line of the figures")
+    args = parser.parse_args(argv)
+    if args.rounds < 1:
+        parser.error(f"--rounds {args.rounds}: must be >= 1")
+    args.app_dir = args.app_dir.expanduser().resolve()
+    stamp = time.strftime("%Y%m%d-%H%M%S")
+    workdir = (args.workdir / stamp).expanduser().resolve()
+    workdir.mkdir(parents=True, exist_ok=True)
+    os.environ.setdefault("FLWR_DISABLE_RUNTIME_DEPENDENCY_INSTALLATION", "1")
+    base = (f"num-server-rounds={args.rounds} budgets='{args.budgets}' dataset='{args.dataset}' "
+            f"results-dir='{workdir / 'results'}' {args.run_config}").strip()
+    engines = {}
+    try:
+        for name, run in (("deployed", run_deployed), ("simulated", run_simulated)):
+            before = loadavg()
+            print(f"{name}: starting (loadavg {before})", flush=True)
+            engines[name] = run(args, workdir, f"{base} run-name='{name}'")
+            engines[name]["rounds"] = seconds_per_round(workdir / "results" / name)
+            engines[name]["loadavg"] = [before, loadavg()]
+            print(f"{name}: {statistics.fmean(engines[name]['rounds']):.1f} s per round "
+                  f"{[round(s, 1) for s in engines[name]['rounds']]} (loadavg {loadavg()})", flush=True)
+    except (LaunchError, subprocess.TimeoutExpired, OSError) as err:
+        print(f"bench failed: {err}", file=sys.stderr)
+        return 1
+    figures = summary(engines["deployed"], engines["simulated"])
+    overhead = "n/a" if figures["overhead_s"] is None else f"{figures['overhead_s']:.2f} s"
+    print(f"deployed {figures['deployed_s_per_round']:.1f} s/round, simulated "
+          f"{figures['simulated_s_per_round']:.1f} s/round, ratio {figures['ratio']:.2f}; "
+          f"per-message overhead median {overhead} over {figures['messages']} messages "
+          f"(loadavg {loadavg()})", flush=True)
+    if args.json:
+        print(json.dumps(figures))
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
