@@ -21,7 +21,7 @@ from client_app.node import node_settings
 from server_app.app import app as server_app
 from settings import RunConfig, default_config
 from strategies.layer_selection import QUERY_LNTK
-from strategies.records import to_record
+from strategies.records import from_record, to_record
 from tests.inprocess import InProcessGrid
 
 RUN = {**default_config(), "model": "tiny-vilt", "dataset": "synthetic", "partitioner": "iid",
@@ -129,7 +129,7 @@ def test_the_mask_is_checked_against_the_budget_the_node_reported(global_arrays)
     assert train(grid, node_id, [0, 3], global_arrays).error.reason.endswith("over this client's budget of 1")
     reply = train(grid, node_id, [3], global_arrays)
     assert not reply.has_error()
-    assert {int(k.split(":")[0]) for k in reply.content["arrays"]} == {3}
+    assert {int(k.split(":")[0]) for k in from_record(reply.content["arrays"])} == {3}
 
 
 def test_the_server_logs_a_node_error_once_and_the_others_train(tmp_path, caplog):
