@@ -7,9 +7,9 @@ Every experiment directory is read like `server_app.report` reads it (complete r
 
 1. one table row per experiment and strategy: overall accuracy (weighted by test examples), the
    'Others' accuracy of FedMosaic (paper §5, each client's model on the other clients' test data;
-   run config ``eval-others``) when the runs have it, uplink MB per round, seconds per round and
-   the server's aggregation seconds per round (``phase-seconds.aggregating``), mean ± sample std
-   over seeds;
+   run config ``eval-others``) when the runs have it, uplink MB per round, seconds per round, the
+   training phase's and the server aggregation's seconds per round (``phase-seconds.training`` and
+   ``.aggregating``), mean ± sample std over seeds;
 2. for every other experiment and every strategy it shares with the baseline, the per-seed paired
    differences other − baseline of overall (and Others) accuracy and their 95 % Student-t interval
    mean(d) ± t_{0.975, n−1} · sd(d) / √n (`paired_interval`), with "not distinguishable" when the
@@ -43,13 +43,15 @@ def paired_interval(other: Sequence[float], base: Sequence[float], confidence: f
 
 
 def seed_metrics(run: Run) -> dict[str, float]:
-    """`report.run_metrics` plus 'Others' accuracy (%, weighted by examples) and aggregation s/round."""
+    """`report.run_metrics` plus 'Others' accuracy (%, weighted by examples) and the seconds per round
+    of the training phase (sending masks to receiving every update) and of the server aggregation."""
     out = run_metrics(run)
     rows = [r["evaluate"] for r in run.final_clients() if "others-accuracy" in r["evaluate"]]
     if rows:
         weights = np.array([r["others-num-examples"] for r in rows], dtype=float)
         out["others"] = 100 * float(np.array([r["others-accuracy"] for r in rows]) @ weights / weights.sum())
-    out["aggregating_s"] = float(np.mean([r["phase-seconds"]["aggregating"] for r in run.rounds]))
+    for phase in ("training", "aggregating"):
+        out[f"{phase}_s"] = float(np.mean([r["phase-seconds"][phase] for r in run.rounds]))
     return out
 
 
@@ -70,7 +72,8 @@ def report(dirs: Sequence[Path]) -> str:
     """The table and the paired intervals (module doc) as markdown."""
     data = {Path(d).name: by_seed(Path(d)) for d in dirs}
     cols = [("overall", "overall", 2), ("others", "Others", 2), ("uplink_mb", "uplink MB / round", 2),
-            ("seconds", "s / round", 1), ("aggregating_s", "aggregation s / round", 3)]
+            ("seconds", "s / round", 1), ("training_s", "training s / round", 1),
+            ("aggregating_s", "aggregation s / round", 3)]
     lines = ["| run | seeds | " + " | ".join(c[1] for c in cols) + " |", "|---|---|" + "---|" * len(cols)]
     for name, strategies in data.items():
         for strategy, seeds in strategies.items():

@@ -27,7 +27,7 @@ def _run(root: Path, name: str, seed: int, accuracy: float, others: float) -> No
     (run / "config.json").write_text(json.dumps({"strategy": "all", "seed": seed, "num-server-rounds": 1,
                                                  "optimizer": "nsga2"}))
     round_row = {"round": 1, "seconds": 2.0, "bytes-up": 3e6, "evaluate": {"x": 1},
-                 "phase-seconds": {"aggregating": 0.5}}
+                 "phase-seconds": {"training": 1.5, "aggregating": 0.5}}
     (run / "rounds.jsonl").write_text(json.dumps(round_row) + "\n")
     ev = {"accuracy": accuracy, "num-examples": 10, "others-accuracy": others, "others-num-examples": 40}
     (run / "clients.jsonl").write_text(json.dumps({"round": 1, "partition-id": 0, "evaluate": ev}) + "\n")
@@ -39,7 +39,7 @@ def test_report_pairs_runs_by_seed(tmp_path: Path) -> None:
         _run(tmp_path / "base", f"all-s{seed}", seed, acc, oth)
         _run(tmp_path / "other", f"all-s{seed}", seed, acc + 0.01 * (seed + 1), oth)
     text = report([tmp_path / "base", tmp_path / "other"])
-    assert ("| base/all | 0,1,2 | 60.00 ± 10.00 | 40.00 ± 0.00 | 3.00 ± 0.00 | 2.0 ± 0.0 "
+    assert ("| base/all | 0,1,2 | 60.00 ± 10.00 | 40.00 ± 0.00 | 3.00 ± 0.00 | 2.0 ± 0.0 | 1.5 ± 0.0 "
             "| 0.500 ± 0.000 |") in text
     # overall differences +1, +2, +3 pp: the planted interval above; Others identical: zero width
     assert "| +1.00, +2.00, +3.00 | +2.00 | [-0.48, +4.48] | not distinguishable |" in text
