@@ -1,0 +1,46 @@
+"""server_app.paired: the paired t interval on a planted case and the report on planted run files."""
+
+import json
+from pathlib import Path
+
+import pytest
+
+from server_app.paired import paired_interval, report
+
+
+def test_paired_interval_planted_case() -> None:
+    # differences 1, 2, 3: mean 2, sd 1, n 3, t_{0.975, 2} = 4.302653 -> half width 2.484138
+    mean, lo, hi = paired_interval([11.0, 12.0, 13.0], [10.0, 10.0, 10.0])
+    assert mean == pytest.approx(2.0)
+    assert lo == pytest.approx(2.0 - 2.484138, abs=1e-5)
+    assert hi == pytest.approx(2.0 + 2.484138, abs=1e-5)
+
+
+def test_paired_interval_needs_two_pairs() -> None:
+    with pytest.raises(ValueError, match="1 pair"):
+        paired_interval([1.0], [0.0])
+
+
+def _run(root: Path, name: str, seed: int, accuracy: float, others: float) -> None:
+    run = root / "runs" / name
+    run.mkdir(parents=True)
+    (run / "config.json").write_text(json.dumps({"strategy": "all", "seed": seed, "num-server-rounds": 1,
+                                                 "optimizer": "nsga2"}))
+    round_row = {"round": 1, "seconds": 2.0, "bytes-up": 3e6, "evaluate": {"x": 1},
+                 "phase-seconds": {"training": 1.5, "aggregating": 0.5}}
+    (run / "rounds.jsonl").write_text(json.dumps(round_row) + "\n")
+    ev = {"accuracy": accuracy, "num-examples": 10, "others-accuracy": others, "others-num-examples": 40}
+    (run / "clients.jsonl").write_text(json.dumps({"round": 1, "partition-id": 0, "evaluate": ev}) + "\n")
+    (run / "adapters.safetensors").write_bytes(b"")
+
+
+def test_report_pairs_runs_by_seed(tmp_path: Path) -> None:
+    for seed, (acc, oth) in enumerate([(0.5, 0.4), (0.6, 0.4), (0.7, 0.4)]):
+        _run(tmp_path / "base", f"all-s{seed}", seed, acc, oth)
+        _run(tmp_path / "other", f"all-s{seed}", seed, acc + 0.01 * (seed + 1), oth)
+    text = report([tmp_path / "base", tmp_path / "other"])
+    assert ("| base/all | 0,1,2 | 60.00 ± 10.00 | 40.00 ± 0.00 | 3.00 ± 0.00 | 2.0 ± 0.0 | 1.5 ± 0.0 "
+            "| 0.500 ± 0.000 |") in text
+    # overall differences +1, +2, +3 pp: the planted interval above; Others identical: zero width
+    assert "| +1.00, +2.00, +3.00 | +2.00 | [-0.48, +4.48] | not distinguishable |" in text
+    assert "| others | 0,1,2 | +0.00, +0.00, +0.00 | +0.00 | [+0.00, +0.00] | not distinguishable |" in text
