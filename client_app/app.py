@@ -17,7 +17,7 @@ from client_app.personal import save_personal
 from client_app.replies import check_mask, error_replies
 from client_app.runtime import client_setup, load_global, reported_budget, resolve_budget
 from client_app.worker import site_mod
-from settings import HEADS_ONLY
+from settings import ALL_LAYERS, HEADS_ONLY
 from strategies.records import from_record, to_record
 
 # error_replies outermost: a setting the site cannot use is an error reply, wherever it ran;
@@ -68,8 +68,9 @@ def train(msg: Message, context: Context) -> Message:
     setup = client_setup(context)
     config = msg.content["config"]
     server_round = int(config["server-round"])
-    layers = check_mask(config["mask"], len(setup.model.layer_names), reported_budget(setup, context),
-                        heads_only=setup.config.strategy == HEADS_ONLY)
+    num_layers = len(setup.model.layer_names)
+    budget = num_layers if setup.config.strategy == ALL_LAYERS else reported_budget(setup, context)
+    layers = check_mask(config["mask"], num_layers, budget, heads_only=setup.config.strategy == HEADS_ONLY)
     from client_app import pia as client_pia  # the ML stack: only where a handler runs (worker)
     from client_app.mosaic import sima_tracker, with_vector
 

@@ -29,6 +29,8 @@ AGGREGATIONS = ("masked-fedavg", "fedpia", "sima")
 need not import the server's strategies; tests/test_selection_registry.py keeps the two equal."""
 HEADS_ONLY = "none"
 """The strategy that trains no adapter (only the clients' heads): its train masks are empty."""
+ALL_LAYERS = "all"
+"""The budget-free upper reference: every client trains every layer, whatever its budget."""
 CHOICES = {
     "aggregation": AGGREGATIONS,
     "fedpia-integration": ("normalised", "paper"),

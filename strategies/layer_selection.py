@@ -200,7 +200,7 @@ class LayerSelectionStrategy(Strategy):
                 reports.append(check_scores(msg, self.num_layers))
             except Rejected as err:
                 self.round_log.reject(msg.metadata.src_node_id, "scores", str(err))
-        reports.sort(key=lambda r: r.node_id)
+        reports.sort(key=lambda r: (r.partition_id, r.node_id))  # seeded runs: same order each run
         self.round_log.reports = {r.node_id: r for r in reports}
         self._log_budgets(server_round, reports)
         return reports

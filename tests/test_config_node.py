@@ -132,6 +132,14 @@ def test_the_mask_is_checked_against_the_budget_the_node_reported(global_arrays)
     assert {int(k.split(":")[0]) for k in from_record(reply.content["arrays"])} == {3}
 
 
+def test_strategy_all_trains_every_layer_whatever_the_budget(global_arrays):
+    """``all`` is the budget-free upper reference: its all-layer masks are not refused as over budget."""
+    grid, node_id = node({"layer-budget": 1}, {"strategy": "all"})
+    reply = train(grid, node_id, [0, 1, 2, 3], global_arrays)
+    assert not reply.has_error(), reply.error.reason if reply.has_error() else ""
+    assert {int(k.split(":")[0]) for k in from_record(reply.content["arrays"])} == {0, 1, 2, 3}
+
+
 def test_the_server_logs_a_node_error_once_and_the_others_train(tmp_path, caplog):
     """Two rounds, three nodes, one with a device it lacks: its error is logged once, recorded in
     every round, and the other two nodes are trained and aggregated in both rounds."""
