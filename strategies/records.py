@@ -45,17 +45,23 @@ def to_record(state: Mapping[str, np.ndarray]) -> ArrayRecord:
     return ArrayRecord({PACKED: Array(dtype="uint8", shape=(len(blob),), stype=STYPE, data=blob)})
 
 
+def _packed(record: ArrayRecord) -> tuple[bytes, dict]:
+    """The buffer of a record made by `to_record` and its parsed safetensors header."""
+    if list(record) != [PACKED] or record[PACKED].stype != STYPE:
+        raise ValueError(f"record holds {sorted(record)[:3]}, not one packed {STYPE!r} array {PACKED!r}")
+    blob = record[PACKED].data
+    size = int.from_bytes(blob[:8], "little")  # safetensors: u64 header length, then the JSON header
+    return blob, json.loads(blob[8:8 + size])
+
+
 def from_record(record: ArrayRecord) -> State:
     """Unpack a record made by `to_record`; ``ValueError`` (or safetensors' error) for any other
     record or a buffer whose bytes do not match its header."""
     if len(record) == 0:
         return {}
-    if list(record) != [PACKED] or record[PACKED].stype != STYPE:
-        raise ValueError(f"record holds {sorted(record)[:3]}, not one packed {STYPE!r} array {PACKED!r}")
-    blob = record[PACKED].data
+    blob, header = _packed(record)
     arrays = load(blob)
-    size = int.from_bytes(blob[:8], "little")  # safetensors: u64 header length, then the JSON header
-    order = json.loads(json.loads(blob[8:8 + size]).get("__metadata__", {}).get(_ORDER, "null"))
+    order = json.loads(header.get("__metadata__", {}).get(_ORDER, "null"))
     if not isinstance(order, list) or sorted(order) != sorted(arrays):
         raise ValueError(f"packed record's key order {order!r} does not list its arrays")
     return {key: arrays[key] for key in order}
@@ -64,16 +70,36 @@ def from_record(record: ArrayRecord) -> State:
 def npy_bytes(value: np.ndarray) -> int:
     """Size of `value` serialized on its own as ``.npy`` (header + raw bytes), as a Flower ``Array``
     of that one array would carry it (``len(Array(value).data)``)."""
+    return _npy_header_bytes(value.dtype, value.shape) + value.nbytes
+
+
+def _npy_header_bytes(dtype: np.dtype, shape: tuple[int, ...]) -> int:
     header = io.BytesIO()
-    np.lib.format.write_array_header_1_0(header, np.lib.format.header_data_from_array_1_0(value))
-    return header.tell() + value.nbytes
+    np.lib.format.write_array_header_1_0(header, {"descr": np.lib.format.dtype_to_descr(dtype),
+                                                  "fortran_order": False, "shape": tuple(shape)})
+    return header.tell()
+
+
+_SAFETENSORS_DTYPES = {"F16": np.float16, "F32": np.float32, "F64": np.float64, "I8": np.int8,
+                       "I16": np.int16, "I32": np.int32, "I64": np.int64, "U8": np.uint8,
+                       "U16": np.uint16, "U32": np.uint32, "U64": np.uint64, "BOOL": np.bool_}
 
 
 def record_bytes(record: ArrayRecord) -> int:
     """Adapter payload of a record: the bytes of its arrays, each as its own ``.npy`` (what every
     run has reported as ``bytes-up``/``bytes-down`` since the first; the packed buffer carries the
-    same raw bytes with one shared header instead of one per array). 0 for an empty record."""
-    return sum(npy_bytes(value) for value in from_record(record).values())
+    same raw bytes with one shared header instead of one per array). 0 for an empty record. Read
+    from the safetensors header alone: counting needs no copy of the arrays."""
+    if len(record) == 0:
+        return 0
+    _, header = _packed(record)
+    total = 0
+    for key, info in header.items():
+        if key == "__metadata__":
+            continue
+        start, end = info["data_offsets"]
+        total += _npy_header_bytes(np.dtype(_SAFETENSORS_DTYPES[info["dtype"]]), info["shape"]) + end - start
+    return total
 
 
 def select_layers(state: Mapping[str, np.ndarray], layers: Iterable[int]) -> State:
