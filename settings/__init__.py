@@ -20,7 +20,8 @@ from settings.errors import ConfigError
 from settings.local import check_data_here, check_device_here, check_here, check_model_here
 
 __all__ = [
-    "ALL_LAYERS", "HEADS_ONLY",
+    "ALL_LAYERS",
+    "HEADS_ONLY",
     "PROJECT_ROOT",
     "Budget",
     "ConfigError",
