@@ -19,8 +19,8 @@ import numpy as np
 
 import tasks
 from client_app.runtime import ClientSetup, _partition
-from tasks.mosaic import VECTOR_KEY, SimaTracker
-from tasks.names import MODEL_SIZES
+from tasks.mosaic import SimaTracker
+from tasks.names import MODEL_SIZES, SIMA_VECTOR
 
 
 @lru_cache(maxsize=1)
@@ -37,14 +37,14 @@ def sima_tracker(setup: ClientSetup, stored: dict[str, np.ndarray]) -> SimaTrack
         return None
     frozen = _frozen(config.model, len(setup.partition.labels), setup.partition.task, config.seed,
                      setup.device)
-    return SimaTracker(frozen, ema=config.sima_ema, freq=config.sima_freq, previous=stored.get(VECTOR_KEY))
+    return SimaTracker(frozen, ema=config.sima_ema, freq=config.sima_freq, previous=stored.get(SIMA_VECTOR))
 
 
 def with_vector(tracker: SimaTracker | None, personal: dict, reply: dict) -> None:
     """Store ĝ with the client's personal state and send it with the train reply."""
     if tracker is not None and tracker.vector is not None:
-        personal[VECTOR_KEY] = tracker.vector
-        reply[VECTOR_KEY] = [float(v) for v in tracker.vector]
+        personal[SIMA_VECTOR] = tracker.vector
+        reply[SIMA_VECTOR] = [float(v) for v in tracker.vector]
 
 
 def others_metrics(setup: ClientSetup) -> dict[str, float]:

@@ -19,7 +19,7 @@ import tasks
 from client_app.node import NodeSettings, node_settings
 from client_app.personal import load_personal
 from settings import ConfigError, RunConfig, check_fits
-from tasks.names import SIMA_VECTOR as VECTOR_KEY
+from tasks.names import SIMA_VECTOR
 
 BUDGET_KEY = "layer-budget"  # context.state record: the budget this node last reported
 
@@ -90,7 +90,7 @@ def load_global(
     return that stored state (with entries that are no model parameter, e.g. SIMA's vector)."""
     tasks.set_layer_state(setup.model, state)
     personal = load_personal(context, run_dir, before=before) or setup.initial_personal
-    tasks.set_personal_state(setup.model, {k: v for k, v in personal.items() if k != VECTOR_KEY})
+    tasks.set_personal_state(setup.model, {k: v for k, v in personal.items() if k != SIMA_VECTOR})
     return personal
 
 

@@ -26,7 +26,7 @@ from flwr.supercore import log
 from strategies.aggregation.masked_fedavg import masked_fedavg
 from strategies.aggregation.types import Aggregate, ClientUpdate
 from strategies.records import State
-from tasks.names import SIMA_VECTOR as VECTOR_KEY
+from tasks.names import SIMA_VECTOR
 
 TAU = 0.5  # paper appendix "Implementation Details": τ = 0.5 in all experiments
 
@@ -52,7 +52,7 @@ def client_weights(sim: np.ndarray, tau: float = TAU) -> np.ndarray:
 
 
 def _vectors(updates: Sequence[ClientUpdate]) -> np.ndarray:
-    raw = [u.metrics.get(VECTOR_KEY) for u in updates]
+    raw = [u.metrics.get(SIMA_VECTOR) for u in updates]
     sizes = [len(v) for v in raw if isinstance(v, list) and v]
     size = max(set(sizes), key=sizes.count) if sizes else 0
     out = np.zeros((len(updates), size))
@@ -61,7 +61,7 @@ def _vectors(updates: Sequence[ClientUpdate]) -> np.ndarray:
             out[i] = vector
         else:
             log(WARNING, "sima: node %d sent no usable '%s' (%s values, expected %d); it gets the mean",
-                update.node_id, VECTOR_KEY, len(vector) if isinstance(vector, list) else "no", size)
+                update.node_id, SIMA_VECTOR, len(vector) if isinstance(vector, list) else "no", size)
     return out
 
 

@@ -12,5 +12,5 @@ import lazy_loader
 
 __getattr__, __dir__, __all__ = lazy_loader.attach(__name__, submod_attrs={
     "modules": ["GATE", "GLOBAL", "LOCAL", "MosaicLinear", "block_layers"],
-    "sima": ["VECTOR_KEY", "SimaTracker", "last_layer_gradient"],
+    "sima": ["SimaTracker", "last_layer_gradient"],
 })

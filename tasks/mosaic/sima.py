@@ -24,9 +24,7 @@ import numpy as np
 import torch
 
 from tasks.models.base import FederatedVLM
-from tasks.names import SIMA_VECTOR
 
-VECTOR_KEY = SIMA_VECTOR
 """Train-reply metric (and client-state entry) that carries ĝ_i."""
 
 
