@@ -24,7 +24,7 @@ from tasks.names import DATASETS, MODEL_SIZES, MODELS
 
 PROJECT_ROOT = Path(__file__).resolve().parent.parent
 OPTIMIZERS = SEARCHES  # the optimising algorithms, not the references (topk, random, last)
-AGGREGATIONS = ("masked-fedavg", "fedpia", "sima")
+AGGREGATIONS = ("masked-fedavg", "fedpia", "sima", "local")
 """Names of `strategies.aggregation.AGGREGATIONS`, kept here so that settings (read by both apps)
 need not import the server's strategies; tests/test_selection_registry.py keeps the two equal."""
 HEADS_ONLY = "none"

@@ -274,7 +274,8 @@ class LayerSelectionStrategy(Strategy):
             log_.seconds["aggregating"] += time.perf_counter() - start
             return None, None
         result = self.aggregator(self.global_state, updates)
-        self.global_state, self.personal = result.global_state, result.personal
+        # a client that took no part in this round keeps the model last made for it
+        self.global_state, self.personal = result.global_state, {**self.personal, **result.personal}
         log_.aggregated = True
         log_.seconds["aggregating"] += time.perf_counter() - start
         return to_record(self.global_state), MetricRecord(weighted_means(log_.train_metrics))

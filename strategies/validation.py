@@ -194,7 +194,7 @@ def check_update(msg: Message, global_state: State, assigned: Iterable[int],
         raise Rejected(f"'num-examples' = {num_examples} differs from the {expected_examples} "
                        "reported with the scores")
     return ClientUpdate(node_id=msg.metadata.src_node_id, state=state, num_examples=num_examples,
-                        metrics=dict(metrics))
+                        metrics=dict(metrics), base=global_state)
 
 
 def check_evaluation(msg: Message) -> dict:

@@ -219,3 +219,23 @@ def test_per_client_global_models_from_the_aggregator_are_sent_to_those_clients(
         is_marked = all((v == marker).all() for v in values.values())
         assert is_marked == (msg.metadata.dst_node_id == target)
     assert record_bytes(round2_train[0].content["arrays"]) > 0
+
+
+def test_local_only_clients_keep_their_own_arrays_and_nothing_is_averaged():
+    """Planted answer: each scripted client adds (pid + 1) to what it trains, so after three rounds
+    its own model is the initial state plus (pid + 1) x (rounds it trained that layer)."""
+    from strategies.aggregation import AGGREGATIONS
+
+    strategy, logs, _, grid = run_round("random", rounds=3, aggregator=AGGREGATIONS["local"])
+    pids = node_pid(grid)
+    start = initial_state()
+    trained = {node: sum(log.masks[node].astype(int) for log in logs) for node in pids}
+    assert any(0 < t.min() < 3 for t in trained.values())  # some layer skipped in some round
+    for node, pid in pids.items():
+        expected = {k: v + (pid + 1) * trained[node][layer_index(k)] for k, v in start.items()}
+        got = strategy.personal[node]
+        assert sorted(got) == sorted(expected)
+        for key in expected:
+            np.testing.assert_array_equal(got[key], expected[key])
+    for key, value in strategy.global_state.items():
+        np.testing.assert_array_equal(value, start[key])

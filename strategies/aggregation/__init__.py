@@ -11,15 +11,20 @@ alignment, FedMosaic's SIMA) is one new module plus one line here and in
   (``fedpia-*``) are bound by `server_app.app.aggregator_for`.
 - ``sima`` (`sima`): FedMosaic's similarity-aware aggregation, one customised global model per
   client (its keyword ``tau`` is the run config's ``sima-tau``).
+- ``local`` (`local`): no aggregation, each client keeps its own adapters (FedMosaic's local-only
+  reference).
 """
 
 from __future__ import annotations
 
 from strategies.aggregation.fedpia import fedpia
+from strategies.aggregation.local import local_only
 from strategies.aggregation.masked_fedavg import masked_fedavg
 from strategies.aggregation.sima import sima
 from strategies.aggregation.types import Aggregate, Aggregator, ClientUpdate
 
-AGGREGATIONS: dict[str, Aggregator] = {"masked-fedavg": masked_fedavg, "fedpia": fedpia, "sima": sima}
+AGGREGATIONS: dict[str, Aggregator] = {"masked-fedavg": masked_fedavg, "fedpia": fedpia, "sima": sima,
+                                   "local": local_only}
 
-__all__ = ["AGGREGATIONS", "Aggregate", "Aggregator", "ClientUpdate", "fedpia", "masked_fedavg", "sima"]
+__all__ = ["AGGREGATIONS", "Aggregate", "Aggregator", "ClientUpdate", "fedpia", "local_only", "masked_fedavg",
+           "sima"]

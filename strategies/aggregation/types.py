@@ -21,12 +21,15 @@ from strategies.records import State
 @dataclass(frozen=True)
 class ClientUpdate:
     """What one client sent back: the arrays of the layers it trained, its example count, and the
-    rest of its train reply's metrics (numbers or lists of numbers, e.g. a SIMA task vector)."""
+    rest of its train reply's metrics (numbers or lists of numbers, e.g. a SIMA task vector);
+    ``base`` is the whole state the server sent that client this round (its personal model where
+    it has one), which local-only training continues from."""
 
     node_id: int
     state: State
     num_examples: int
     metrics: Mapping[str, object] = field(default_factory=dict)
+    base: State = field(default_factory=dict)
 
 
 @dataclass(frozen=True)
