@@ -23,6 +23,9 @@ def test_bench_prints_lntk_round_and_overhead(capsys):
     assert (result["steps"], result["batch_size"], result["scoring_batch"]) == (2, 4, 4)
     assert result["lntk_s"] > 0 and result["train_round_s"] > 0
     assert result["overhead"] == pytest.approx(result["lntk_s"] / result["train_round_s"], abs=2e-3)
+    assert result["lntk_first_s"] > 0
+    assert result["overhead_first"] == pytest.approx(result["lntk_first_s"] / result["train_round_s"],
+                                                     abs=2e-3)
     assert result["samples_per_s"] == pytest.approx(8 / result["train_round_s"],
                                                rel=1e-2, abs=5e-3)  # printed to 2 decimals
 
