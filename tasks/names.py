@@ -9,6 +9,7 @@ MODELS: tuple[str, ...] = ("minilm-effnet", "tiny-vilt", "hf:<local dir>")
 DATASETS: tuple[str, ...] = (
     "easy-vqa",
     "easy-vqa-modalities",
+    "easy-vqa-yes-no",
     "synthetic",
     "synthetic-multilabel",
     "medmnist-vqa:<dir>",

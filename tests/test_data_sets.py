@@ -44,6 +44,7 @@ def test_datasets_constant_names_exactly_the_data_sets_the_loader_knows():
     [
         ("easy-vqa", "vqa", 13, 64),
         ("easy-vqa-modalities", "vqa", 13, 64),
+        ("easy-vqa-yes-no", "vqa", 13, 64),
         ("synthetic", "vqa", 13, 32),
         ("synthetic-multilabel", "multilabel", 15, 32),
     ],
@@ -68,6 +69,16 @@ def test_easy_vqa_counts_and_answers():
     whole = load_partition("easy-vqa", 0, 1)
     assert (len(whole.train), len(whole.test)) == (38_575, 9_673)
     assert whole.labels == easy_vqa.get_answers()
+
+
+def test_easy_vqa_yes_no_is_every_yes_no_question_and_nothing_else():
+    whole = load_easy_vqa()
+    part = load_partition("easy-vqa-yes-no", 0, 1)
+    for split, samples in ((whole.train, part.train), (whole.test, part.test)):
+        expected = sorted(q for q, t in zip(split.questions, split.qtypes, strict=True) if t == "yes/no")
+        assert sorted(s.question for s in samples) == expected
+        assert {part.labels[s.target] for s in samples} == {"yes", "no"}
+    assert (len(part.train), len(part.test)) == (28_407, 7_136)
 
 
 def test_easy_vqa_samples_match_the_package():

@@ -1,7 +1,8 @@
 """Multi-modal federated data: named data sets split into heterogeneous client partitions.
 
 Data sets (`DATASETS`): easy-vqa (PyPI ``easy-vqa``), easy-vqa-modalities (client i sees its images
-through modality transform i mod 8, `tasks.data.transforms`), synthetic and synthetic-multilabel
+through modality transform i mod 8, `tasks.data.transforms`), easy-vqa-yes-no (its yes/no
+questions only, `tasks.data.easyvqa`), synthetic and synthetic-multilabel
 (generated from the seed, `tasks.data.synthetic`), medmnist-vqa:<dir> (Ultra-MedVQA construction
 on MedMNIST files, `tasks.data.medmnist`), hf-disk:<dir>[?<option>=<value>&...] (your own VQA
 set saved with Hugging Face ``datasets``, `tasks.data.hfdisk`), mixed:<a>+<b> (client i holds

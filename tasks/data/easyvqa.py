@@ -4,6 +4,11 @@ shape, 38,575 / 9,673 questions, 13 answers.
 Stands in for the paper's medical VQA data (which cannot be shipped) as a real, small VQA data set.
 Question type from the answer: yes/no -> "yes/no", a shape -> "shape", otherwise "color".
 The answer vocabulary is `easy_vqa.get_answers()` in its own order, the same for every client.
+
+``easy-vqa-yes-no`` keeps only the yes/no questions ("Is there a red shape?", "Does the image not
+contain a circle?"; 28,407 train / 7,136 test), with the same vocabulary. Their answer is a
+conjunction of the question and the image: frozen image features and a linear head cannot answer
+it, so the layers that fuse question and image have to learn (issue 17's benchmark).
 """
 
 from __future__ import annotations
@@ -40,6 +45,20 @@ def _split(questions_answers_ids: tuple, paths: dict[int, str], labels: tuple[st
         targets=np.array([index[a] for a in answers], np.int64),
         qtypes=np.array([qtype_of(a) for a in answers]),
     )
+
+
+def _only(split: Split, qtype: str) -> Split:
+    keep = np.flatnonzero(split.qtypes == qtype)
+    return Split(blocks=split.blocks, groups=split.groups[keep], rows=split.rows[keep],
+                 questions=tuple(split.questions[i] for i in keep), targets=split.targets[keep],
+                 qtypes=split.qtypes[keep])
+
+
+def load_easy_vqa_yes_no() -> Source:
+    """easy-VQA's yes/no questions only (module doc), sharing the images of `load_easy_vqa`."""
+    whole = load_easy_vqa()
+    return Source(train=_only(whole.train, "yes/no"), test=_only(whole.test, "yes/no"),
+                  labels=whole.labels, task=whole.task)
 
 
 @lru_cache(maxsize=1)

@@ -13,7 +13,7 @@ from collections.abc import Callable
 
 import numpy as np
 
-from tasks.data.easyvqa import load_easy_vqa
+from tasks.data.easyvqa import load_easy_vqa, load_easy_vqa_yes_no
 from tasks.data.hfdisk import PREFIX as HF_DISK_PREFIX
 from tasks.data.hfdisk import load_hf_disk, parse_hf_disk
 from tasks.data.medmnist import load_medmnist_vqa
@@ -28,6 +28,7 @@ from tasks.names import DATASETS
 _LOADERS: dict[str, Callable[[int], Source]] = {
     "easy-vqa": lambda seed: load_easy_vqa(),
     "easy-vqa-modalities": lambda seed: load_easy_vqa(),
+    "easy-vqa-yes-no": lambda seed: load_easy_vqa_yes_no(),
     "synthetic": load_synthetic,
     "synthetic-multilabel": load_synthetic_multilabel,
 }
