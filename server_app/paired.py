@@ -1,6 +1,8 @@
-"""Paired comparison of sweeps that differ in one setting (e.g. `aggregation`), from run files only:
+"""Paired comparison of sweeps that differ in one setting (e.g. `aggregation`), or of the strategies
+of one sweep against reference strategies, from run files only:
 
     python -m server_app.paired results/<baseline> results/<other> [results/<other> ...]
+    python -m server_app.paired results/<experiment> --against random,lntk
 
 Every experiment directory is read like `server_app.report` reads it (complete runs only); a row is
 ``<experiment>/<strategy>``. Printed:
@@ -15,10 +17,15 @@ Every experiment directory is read like `server_app.report` reads it (complete r
    mean(d) ± t_{0.975, n−1} · sd(d) / √n (`paired_interval`), with "not distinguishable" when the
    interval covers 0. Seeds fix the client data split and initialisation, so pairing by seed removes
    that shared variation from the comparison.
+
+With ``--against``, item 2 pairs, within each experiment, every strategy with each named reference
+strategy instead, and adds both rows' seed standard deviations and the mean difference in units of
+the larger one (issue 17's sensitivity criterion: a gap of more than 3 such units).
 """
 
 from __future__ import annotations
 
+import argparse
 import sys
 from collections.abc import Sequence
 from pathlib import Path
@@ -68,10 +75,48 @@ def _pm(values: Sequence[float], digits: int) -> str:
     return f"{mean:.{digits}f}" if np.isnan(std) else f"{mean:.{digits}f} ± {std:.{digits}f}"
 
 
-def report(dirs: Sequence[Path]) -> str:
+def _paired_row(label: str, key: str, seeds: dict[int, dict], ref: dict[int, dict]
+                ) -> tuple[str, float] | None:
+    """One markdown row of paired differences and their mean (None with fewer than 2 common seeds)."""
+    common = sorted(set(seeds) & set(ref))
+    if len(common) < 2 or key not in seeds[common[0]] or key not in ref[common[0]]:
+        return None
+    other, base = [seeds[s][key] for s in common], [ref[s][key] for s in common]
+    mean, lo, hi = paired_interval(other, base)
+    reading = "not distinguishable" if lo <= 0 <= hi else ("higher" if lo > 0 else "lower")
+    diffs = ", ".join(f"{o - r:+.2f}" for o, r in zip(other, base, strict=True))
+    return (f"| {label} | {key} | {','.join(map(str, common))} | {diffs} | {mean:+.2f} "
+            f"| [{lo:+.2f}, {hi:+.2f}] | {reading} |"), mean
+
+
+def against(data: dict[str, dict[str, dict[int, dict]]], references: Sequence[str]) -> list[str]:
+    """Rows of every strategy paired with each reference strategy of the same experiment, with the
+    seed stds of both and the mean difference over the larger std."""
+    lines = ["| comparison | metric | seeds | per-seed difference (pp) | mean | 95 % t interval | reading "
+             "| std (strategy / reference) | mean ÷ larger std |", "|---|---|---|---|---|---|---|---|---|"]
+    for name, strategies in data.items():
+        for reference in references:
+            if reference not in strategies:
+                raise ValueError(f"--against {reference!r}: experiment {name!r} has no complete runs "
+                                 f"of it (it has {', '.join(strategies) or 'none'})")
+            for strategy, seeds in strategies.items():
+                paired = None if strategy == reference else _paired_row(
+                    f"{name}: {strategy} − {reference}", "overall", seeds, strategies[reference])
+                if paired is None:
+                    continue
+                row, mean = paired
+                spread = [mean_std([m["overall"] for m in runs.values()])[1]
+                          for runs in (seeds, strategies[reference])]
+                units = mean / max(spread) if max(spread) > 0 else float("inf")
+                lines.append(f"{row} {spread[0]:.2f} / {spread[1]:.2f} | {units:+.1f} |")
+    return lines
+
+
+def report(dirs: Sequence[Path], references: Sequence[str] = ()) -> str:
     """The table and the paired intervals (module doc) as markdown."""
     data = {Path(d).name: by_seed(Path(d)) for d in dirs}
-    cols = [("overall", "overall", 2), ("others", "Others", 2), ("uplink_mb", "uplink MB / round", 2),
+    cols = [("overall", "overall", 2), ("majority", "majority answer", 1), ("others", "Others", 2),
+            ("uplink_mb", "uplink MB / round", 2),
             ("seconds", "s / round", 1), ("training_s", "training s / round", 1),
             ("aggregating_s", "aggregation s / round", 3)]
     lines = ["| run | seeds | " + " | ".join(c[1] for c in cols) + " |", "|---|---|" + "---|" * len(cols)]
@@ -81,31 +126,39 @@ def report(dirs: Sequence[Path]) -> str:
                      for k, _, d in cols]
             seed_list = ",".join(map(str, sorted(seeds)))
             lines.append(f"| {name}/{strategy} | {seed_list} | " + " | ".join(cells) + " |")
+    if references:
+        return "\n".join([*lines, "", *against(data, references)]) + "\n"
     base_name, base = next(iter(data.items()))
     lines += ["", "| comparison | metric | seeds | per-seed difference (pp) | mean | 95 % t interval "
               "| reading |", "|---|---|---|---|---|---|---|"]
     for name, strategies in list(data.items())[1:]:
         for strategy, seeds in strategies.items():
-            common = sorted(set(seeds) & set(base.get(strategy, {})))
             for key in ("overall", "others"):
-                if len(common) < 2 or key not in seeds[common[0]] or key not in base[strategy][common[0]]:
-                    continue
-                other, ref = [seeds[s][key] for s in common], [base[strategy][s][key] for s in common]
-                mean, lo, hi = paired_interval(other, ref)
-                reading = "not distinguishable" if lo <= 0 <= hi else ("higher" if lo > 0 else "lower")
-                diffs = ", ".join(f"{o - r:+.2f}" for o, r in zip(other, ref, strict=True))
-                lines.append(f"| {name}/{strategy} − {base_name}/{strategy} | {key} "
-                             f"| {','.join(map(str, common))} | {diffs} | {mean:+.2f} "
-                             f"| [{lo:+.2f}, {hi:+.2f}] | {reading} |")
+                row = _paired_row(f"{name}/{strategy} − {base_name}/{strategy}", key, seeds,
+                                  base.get(strategy, {}))
+                if row is not None:
+                    lines.append(row[0])
     return "\n".join(lines) + "\n"
 
 
+USAGE = ("usage: python -m server_app.paired results/<baseline> results/<other> [...]\n"
+         "       python -m server_app.paired results/<experiment> [...] --against <strategy>[,<strategy>...]")
+
+
 def main(argv: list[str] | None = None) -> int:
-    args = sys.argv[1:] if argv is None else argv
-    if len(args) < 2:
-        print("usage: python -m server_app.paired results/<baseline> results/<other> [...]", file=sys.stderr)
+    parser = argparse.ArgumentParser(prog="python -m server_app.paired", usage=USAGE)
+    parser.add_argument("experiments", nargs="+", type=Path)
+    parser.add_argument("--against", default="", help="reference strategies of the same experiment")
+    args = parser.parse_args(sys.argv[1:] if argv is None else argv)
+    references = [r for r in args.against.split(",") if r]
+    if len(args.experiments) < 2 and not references:
+        print(USAGE, file=sys.stderr)
         return 2
-    print(report([Path(a) for a in args]), end="")
+    try:
+        print(report(args.experiments, references), end="")
+    except (ValueError, FileNotFoundError) as err:
+        print(f"error: {err}", file=sys.stderr)
+        return 2
     return 0
 
 

@@ -75,13 +75,16 @@ def client_score(row: dict) -> float:
 
 
 def run_metrics(run: Run) -> dict[str, float]:
-    """Per-client final scores (%), weighted overall (%), uplink MB, seconds and server-step seconds
-    per round."""
+    """Per-client final scores (%), weighted overall (%) and majority-answer accuracy (%, VQA),
+    uplink MB, seconds and server-step seconds per round."""
     rows = run.final_clients()
     scores = np.array([client_score(r) for r in rows])
     weights = np.array([r["evaluate"]["num-examples"] for r in rows], dtype=float)
     out = {f"c{r['partition-id']}": 100 * s for r, s in zip(rows, scores, strict=True)}
     out["overall"] = 100 * float(scores @ weights / weights.sum())
+    majority = [r["evaluate"].get("majority-accuracy") for r in rows]
+    if all(m is not None for m in majority):  # always answering each client's most frequent answer
+        out["majority"] = 100 * float(np.array(majority, dtype=float) @ weights / weights.sum())
     out["uplink_mb"] = float(np.mean([r["bytes-up"] for r in run.rounds])) / MB
     out["seconds"] = float(np.mean([r["seconds"] for r in run.rounds]))
     server = [r.get("phase-seconds", {}).get("optimising", np.nan) for r in run.rounds]
@@ -122,8 +125,9 @@ def summarise(runs: Sequence[Run], groups: Sequence[str]) -> list[dict]:
         metrics = [run_metrics(r) for r in members]
         keys = sorted({k for m in metrics for k in m if k.startswith("c")}, key=lambda k: int(k[1:]))
         row: dict = {"strategy": group, "seeds": [r.seed for r in members]}
-        for key in [*keys, "overall", "uplink_mb", "seconds", "server_s"]:
-            row[key] = mean_std([m[key] for m in metrics if key in m])
+        for key in [*keys, "overall", "majority", "uplink_mb", "seconds", "server_s"]:
+            if any(key in m for m in metrics):
+                row[key] = mean_std([m[key] for m in metrics if key in m])
         rows.append(row)
     return rows
 
@@ -145,14 +149,18 @@ def _pm(value: tuple[float, float], digits: int) -> str:
 
 def markdown_table(rows: Sequence[dict], budgets: list) -> str:
     clients = [k for k in rows[0] if k.startswith("c") and k[1:].isdigit()]
+    majority = any("majority" in row for row in rows)
     head = ["strategy", "seeds", *[_client_label(k, budgets) for k in clients], "overall",
-            "uplink MB / round", "s / round", "server step s / round"]
+            *(["majority answer"] if majority else []), "uplink MB / round", "s / round",
+            "server step s / round"]
     lines = ["| " + " | ".join(head) + " |", "|" + "|".join(["---"] * len(head)) + "|"]
     for row in rows:
         cells = [row["strategy"], ",".join(map(str, row["seeds"]))]
         cells += [_pm(row[k], 1) if k in row else "-" for k in clients]
-        cells += [f"**{_pm(row['overall'], 2)}**", _pm(row["uplink_mb"], 2), _pm(row["seconds"], 1),
-                  _pm(row["server_s"], 3)]
+        cells.append(f"**{_pm(row['overall'], 2)}**")
+        if majority:
+            cells.append(_pm(row["majority"], 1) if "majority" in row else "-")
+        cells += [_pm(row["uplink_mb"], 2), _pm(row["seconds"], 1), _pm(row["server_s"], 3)]
         lines.append("| " + " | ".join(cells) + " |")
     return "\n".join(lines) + "\n"
 

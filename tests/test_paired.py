@@ -5,7 +5,7 @@ from pathlib import Path
 
 import pytest
 
-from server_app.paired import paired_interval, report
+from server_app.paired import main, paired_interval, report
 
 
 def test_paired_interval_planted_case() -> None:
@@ -21,10 +21,10 @@ def test_paired_interval_needs_two_pairs() -> None:
         paired_interval([1.0], [0.0])
 
 
-def _run(root: Path, name: str, seed: int, accuracy: float, others: float) -> None:
+def _run(root: Path, name: str, seed: int, accuracy: float, others: float, strategy: str = "all") -> None:
     run = root / "runs" / name
     run.mkdir(parents=True)
-    (run / "config.json").write_text(json.dumps({"strategy": "all", "seed": seed, "num-server-rounds": 1,
+    (run / "config.json").write_text(json.dumps({"strategy": strategy, "seed": seed, "num-server-rounds": 1,
                                                  "optimizer": "nsga2"}))
     round_row = {"round": 1, "seconds": 2.0, "bytes-up": 3e6, "evaluate": {"x": 1},
                  "phase-seconds": {"training": 1.5, "aggregating": 0.5}}
@@ -39,8 +39,28 @@ def test_report_pairs_runs_by_seed(tmp_path: Path) -> None:
         _run(tmp_path / "base", f"all-s{seed}", seed, acc, oth)
         _run(tmp_path / "other", f"all-s{seed}", seed, acc + 0.01 * (seed + 1), oth)
     text = report([tmp_path / "base", tmp_path / "other"])
-    assert ("| base/all | 0,1,2 | 60.00 ± 10.00 | 40.00 ± 0.00 | 3.00 ± 0.00 | 2.0 ± 0.0 | 1.5 ± 0.0 "
+    assert ("| base/all | 0,1,2 | 60.00 ± 10.00 | - | 40.00 ± 0.00 | 3.00 ± 0.00 | 2.0 ± 0.0 | 1.5 ± 0.0 "
             "| 0.500 ± 0.000 |") in text
     # overall differences +1, +2, +3 pp: the planted interval above; Others identical: zero width
     assert "| +1.00, +2.00, +3.00 | +2.00 | [-0.48, +4.48] | not distinguishable |" in text
     assert "| others | 0,1,2 | +0.00, +0.00, +0.00 | +0.00 | [+0.00, +0.00] | not distinguishable |" in text
+
+
+def test_against_pairs_each_strategy_with_the_reference_of_its_own_experiment(tmp_path: Path) -> None:
+    """Planted: none 50/52/54 %, all = none + 1, 2, 3 pp (the planted interval above); stds 3 (all)
+    and 2 (none) pp, so the mean gap is 2 / max(3, 2) = 0.7 larger std."""
+    for seed in range(3):
+        _run(tmp_path / "bench", f"none-s{seed}", seed, 0.50 + 0.02 * seed, 0.0, strategy="none")
+        _run(tmp_path / "bench", f"all-s{seed}", seed, 0.51 + 0.03 * seed, 0.0)
+    text = report([tmp_path / "bench"], references=["none"])
+    assert ("| bench: all − none | overall | 0,1,2 | +1.00, +2.00, +3.00 | +2.00 | [-0.48, +4.48] "
+            "| not distinguishable | 3.00 / 2.00 | +0.7 |") in text
+    assert "none − none" not in text
+
+
+def test_against_an_absent_strategy_is_a_one_line_error(tmp_path: Path, capsys) -> None:
+    for seed in range(2):
+        _run(tmp_path / "bench", f"all-s{seed}", seed, 0.5, 0.0)
+    assert main([str(tmp_path / "bench"), "--against", "random"]) == 2
+    err = capsys.readouterr().err.strip()
+    assert err == "error: --against 'random': experiment 'bench' has no complete runs of it (it has all)"

@@ -31,7 +31,8 @@ def write_run(root: Path, name: str, strategy: str, seed: int, acc: tuple[float,
             scores = np.roll([0.4, 0.3, 0.2, 0.1], pid + r).tolist()
             clients.append({"round": r, "partition-id": pid, "budget": k, "eigenvalues": scores,
                             "scores": scores, "mask": [pid, 3][:k],
-                            "evaluate": {"accuracy": acc[pid], "num-examples": n}, "bytes-up": 5})
+                            "evaluate": {"accuracy": acc[pid], "num-examples": n,
+                                         "majority-accuracy": (0.25, 0.5)[pid]}, "bytes-up": 5})
     for file, rows in (("rounds.jsonl", rounds), ("clients.jsonl", clients)):
         (run / file).write_text("".join(json.dumps(row) + "\n" for row in rows))
     if strategy == "f3ocus":
@@ -74,9 +75,10 @@ def test_table_means_and_sample_stds_are_exact(experiment):
     assert float(rows["lntk"]["uplink_mb_mean"]) == pytest.approx(2.5)
     assert float(rows["lntk"]["seconds_std"]) == pytest.approx(1.0)
     assert float(rows["lntk"]["server_s_mean"]) == pytest.approx(1.15)  # mean of 0.15 + seed 0..2
+    assert float(rows["lntk"]["majority_mean"]) == pytest.approx(100 * (30 * 0.25 + 10 * 0.5) / 40)
     table = (root / "table.md").read_text()
     assert "Incomplete runs left out: lntk-s3, lntk-s4" in table
-    assert "| f3ocus | 0,1,2 |" in table and "client 1 (k=1)" in table
+    assert "| f3ocus | 0,1,2 |" in table and "client 1 (k=1)" in table and "majority answer" in table
     assert "python run_simulation.py --strategies lntk,f3ocus" in table
     names = {p.name for p in written}
     assert {"table.md", "table.csv", "optimizers.md", "convergence.png", "eigenvalues.png",
