@@ -33,7 +33,7 @@ from pathlib import Path
 import numpy as np
 from scipy import stats
 
-from server_app.report import Run, load_runs, mean_std, run_metrics
+from server_app.report import Run, load_runs, mean_std, plus_minus, run_metrics
 
 
 def paired_interval(other: Sequence[float], base: Sequence[float], confidence: float = 0.95
@@ -68,11 +68,6 @@ def by_seed(experiment_dir: Path) -> dict[str, dict[int, dict[str, float]]]:
     for run in load_runs(experiment_dir)[0]:
         out.setdefault(run.strategy, {})[run.seed] = seed_metrics(run)
     return out
-
-
-def _pm(values: Sequence[float], digits: int) -> str:
-    mean, std = mean_std(values)
-    return f"{mean:.{digits}f}" if np.isnan(std) else f"{mean:.{digits}f} ± {std:.{digits}f}"
 
 
 def _paired_row(label: str, key: str, seeds: dict[int, dict], ref: dict[int, dict]
@@ -122,7 +117,8 @@ def report(dirs: Sequence[Path], references: Sequence[str] = ()) -> str:
     lines = ["| run | seeds | " + " | ".join(c[1] for c in cols) + " |", "|---|---|" + "---|" * len(cols)]
     for name, strategies in data.items():
         for strategy, seeds in strategies.items():
-            cells = [_pm([m[k] for m in seeds.values()], d) if k in next(iter(seeds.values())) else "-"
+            first = next(iter(seeds.values()))
+            cells = [plus_minus(mean_std([m[k] for m in seeds.values()]), d) if k in first else "-"
                      for k, _, d in cols]
             seed_list = ",".join(map(str, sorted(seeds)))
             lines.append(f"| {name}/{strategy} | {seed_list} | " + " | ".join(cells) + " |")

@@ -142,7 +142,8 @@ def _client_label(key: str, budgets: list) -> str:
     return f"client {key[1:]} (k={budgets[int(key[1:]) % len(budgets)]})" if budgets else f"client {key[1:]}"
 
 
-def _pm(value: tuple[float, float], digits: int) -> str:
+def plus_minus(value: tuple[float, float], digits: int) -> str:
+    """'mean ± std' of a `mean_std` pair (the mean alone where the std is NaN: one seed)."""
     mean, std = value
     return f"{mean:.{digits}f}" if np.isnan(std) else f"{mean:.{digits}f} ± {std:.{digits}f}"
 
@@ -156,11 +157,11 @@ def markdown_table(rows: Sequence[dict], budgets: list) -> str:
     lines = ["| " + " | ".join(head) + " |", "|" + "|".join(["---"] * len(head)) + "|"]
     for row in rows:
         cells = [row["strategy"], ",".join(map(str, row["seeds"]))]
-        cells += [_pm(row[k], 1) if k in row else "-" for k in clients]
-        cells.append(f"**{_pm(row['overall'], 2)}**")
+        cells += [plus_minus(row[k], 1) if k in row else "-" for k in clients]
+        cells.append(f"**{plus_minus(row['overall'], 2)}**")
         if majority:
-            cells.append(_pm(row["majority"], 1) if "majority" in row else "-")
-        cells += [_pm(row["uplink_mb"], 2), _pm(row["seconds"], 1), _pm(row["server_s"], 3)]
+            cells.append(plus_minus(row["majority"], 1) if "majority" in row else "-")
+        cells += [plus_minus(row[k], d) for k, d in (("uplink_mb", 2), ("seconds", 1), ("server_s", 3))]
         lines.append("| " + " | ".join(cells) + " |")
     return "\n".join(lines) + "\n"
 
