@@ -54,6 +54,7 @@ def _only(split: Split, qtype: str) -> Split:
                  qtypes=split.qtypes[keep])
 
 
+@lru_cache(maxsize=1)
 def load_easy_vqa_yes_no() -> Source:
     """easy-VQA's yes/no questions only (module doc), sharing the images of `load_easy_vqa`."""
     whole = load_easy_vqa()
