@@ -63,10 +63,11 @@ def seed_metrics(run: Run) -> dict[str, float]:
 
 
 def by_seed(experiment_dir: Path) -> dict[str, dict[int, dict[str, float]]]:
-    """strategy -> seed -> `seed_metrics` of the experiment's complete runs."""
+    """strategy (``f3ocus-<optimizer>`` for F3OCUS, so each optimiser is its own row) -> seed ->
+    `seed_metrics` of the experiment's complete runs."""
     out: dict[str, dict[int, dict[str, float]]] = {}
     for run in load_runs(experiment_dir)[0]:
-        out.setdefault(run.strategy, {})[run.seed] = seed_metrics(run)
+        out.setdefault(run.group, {})[run.seed] = seed_metrics(run)
     return out
 
 

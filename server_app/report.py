@@ -224,7 +224,7 @@ def write_report(experiment_dir: Path) -> list[Path]:
 
 
 # -- figures ---------------------------------------------------------------------------------------
-def _pyplot():
+def pyplot():
     import matplotlib
 
     matplotlib.use("Agg")
@@ -239,16 +239,16 @@ def _first(runs: Sequence[Run], group: str) -> Run | None:
     return members[0] if members else None
 
 
-def _save(fig, path: Path) -> Path:
+def save_figure(fig, path: Path) -> Path:
     fig.tight_layout()
     fig.savefig(path, dpi=110)
-    _pyplot().close(fig)
+    pyplot().close(fig)
     return path
 
 
 def plot_convergence(path: Path, runs: Sequence[Run], groups: Sequence[str]) -> Path | None:
     """Fig. 2: weighted training loss per round, mean ± std over seeds."""
-    plt = _pyplot()
+    plt = pyplot()
     fig, ax = plt.subplots(figsize=(6.4, 4.2))
     for group in groups:
         curves = [[r["train"].get("train_loss", np.nan) for r in run.rounds]
@@ -264,12 +264,12 @@ def plot_convergence(path: Path, runs: Sequence[Run], groups: Sequence[str]) -> 
     ax.set(xlabel="round", ylabel="training loss (mean over clients)", title="Convergence (Fig. 2)")
     ax.xaxis.get_major_locator().set_params(integer=True)
     ax.legend(fontsize=8, ncol=2)
-    return _save(fig, path)
+    return save_figure(fig, path)
 
 
 def plot_eigenvalues(path: Path, run: Run, layer_names: list[str]) -> Path:
     """Fig. 3: principal LNTK eigenvalue of every layer for every client, first round."""
-    plt = _pyplot()
+    plt = pyplot()
     first = min(r["round"] for r in run.clients)
     fig, ax = plt.subplots(figsize=(7.5, 4.2))
     for row in sorted((r for r in run.clients if r["round"] == first and r["eigenvalues"]),
@@ -280,7 +280,7 @@ def plot_eigenvalues(path: Path, run: Run, layer_names: list[str]) -> Path:
     ax.set(ylabel="principal eigenvalue λ₁ of the LNTK",
            title=f"LNTK eigenvalues per layer, round {first} ({run.name}; Fig. 3)")
     ax.legend(fontsize=8)
-    return _save(fig, path)
+    return save_figure(fig, path)
 
 
 def layer_ranks(scores: Sequence[float]) -> np.ndarray:
@@ -294,7 +294,7 @@ def layer_ranks(scores: Sequence[float]) -> np.ndarray:
 def plot_layer_ranks(path: Path, run: Run) -> Path:
     """Figs. 5 and 6: per client, rank of each layer by its own LNTK score in every round (colour),
     its own top-k (o, before the server step) and the layers F3OCUS assigned (x, after it)."""
-    plt = _pyplot()
+    plt = pyplot()
     rows = [r for r in run.clients if r["scores"] is not None]
     clients = sorted({r["partition-id"] for r in rows})
     num_rounds = max(r["round"] for r in rows)
@@ -337,7 +337,7 @@ def selection_counts(runs: Sequence[Run], num_layers: int) -> np.ndarray:
 
 def plot_histogram(path: Path, lntk: Sequence[Run], f3ocus: Sequence[Run], num_layers: int) -> Path:
     """Fig. 7: layer-selection histogram of lntk vs f3ocus."""
-    plt = _pyplot()
+    plt = pyplot()
     fig, ax = plt.subplots(figsize=(7, 3.8))
     x = np.arange(num_layers)
     for offset, (label, group) in zip((-0.2, 0.2), (("lntk", lntk), ("f3ocus", f3ocus)), strict=True):
@@ -347,12 +347,12 @@ def plot_histogram(path: Path, lntk: Sequence[Run], f3ocus: Sequence[Run], num_l
            title="Layer-selection histogram (Fig. 7)")
     ax.set_xticks(x)
     ax.legend()
-    return _save(fig, path)
+    return save_figure(fig, path)
 
 
 def plot_front(path: Path, run: Run) -> Path:
     """The last round's Pareto front (importance vs diversity objective), picked solution marked."""
-    plt = _pyplot()
+    plt = pyplot()
     front = run.fronts[-1]
     fig, ax = plt.subplots(figsize=(5.6, 4.2))
     ax.scatter(front["front"]["importance"], front["front"]["diversity"], label="Pareto front")
@@ -361,7 +361,7 @@ def plot_front(path: Path, run: Run) -> Path:
     ax.set(xlabel="importance (maximised)", ylabel="selection-count spread (minimised)",
            title=f"{run.name}, round {front['round']} ({front['algorithm']})")
     ax.legend()
-    return _save(fig, path)
+    return save_figure(fig, path)
 
 
 def draw_figures(experiment_dir: Path, runs: Sequence[Run], groups: Sequence[str]) -> list[Path]:

@@ -21,11 +21,12 @@ def test_paired_interval_needs_two_pairs() -> None:
         paired_interval([1.0], [0.0])
 
 
-def _run(root: Path, name: str, seed: int, accuracy: float, others: float, strategy: str = "all") -> None:
+def _run(root: Path, name: str, seed: int, accuracy: float, others: float, strategy: str = "all",
+         optimizer: str = "nsga2") -> None:
     run = root / "runs" / name
     run.mkdir(parents=True)
     (run / "config.json").write_text(json.dumps({"strategy": strategy, "seed": seed, "num-server-rounds": 1,
-                                                 "optimizer": "nsga2"}))
+                                                 "optimizer": optimizer}))
     round_row = {"round": 1, "seconds": 2.0, "bytes-up": 3e6, "evaluate": {"x": 1},
                  "phase-seconds": {"training": 1.5, "aggregating": 0.5}}
     (run / "rounds.jsonl").write_text(json.dumps(round_row) + "\n")
@@ -64,3 +65,14 @@ def test_against_an_absent_strategy_is_a_one_line_error(tmp_path: Path, capsys) 
     assert main([str(tmp_path / "bench"), "--against", "random"]) == 2
     err = capsys.readouterr().err.strip()
     assert err == "error: --against 'random': experiment 'bench' has no complete runs of it (it has all)"
+
+
+def test_each_f3ocus_optimiser_is_its_own_row(tmp_path: Path) -> None:
+    """Runs of F3OCUS with two optimisers share strategy and seeds; neither may hide the other."""
+    for seed in range(2):
+        _run(tmp_path / "bench", f"f3ocus-nsga2-s{seed}", seed, 0.60, 0.0, "f3ocus", "nsga2")
+        _run(tmp_path / "bench", f"f3ocus-sa-s{seed}", seed, 0.50, 0.0, "f3ocus", "sa")
+    text = report([tmp_path / "bench"], references=["f3ocus-nsga2"])
+    assert "| bench/f3ocus-nsga2 | 0,1 | 60.00 ± 0.00 |" in text
+    assert "| bench/f3ocus-sa | 0,1 | 50.00 ± 0.00 |" in text
+    assert "| bench: f3ocus-sa − f3ocus-nsga2 | overall | 0,1 | -10.00, -10.00 | -10.00 |" in text

@@ -1,0 +1,116 @@
+"""Accuracy against the layer budget (issue 17 §3; paper §6.2's budget study), from run files only:
+
+    python -m server_app.budget_sweep results/bench-yesno-k1 results/bench-yesno-k2 results/bench-yesno-k4
+
+Each experiment is a sweep whose runs give every client the same budget k (run config ``budgets``,
+one value). Printed: one markdown row per strategy, one column per k, the overall accuracy (%,
+weighted by test examples, final round) as mean ± sample std over seeds. ``all`` and ``none`` do
+not depend on k (they train every layer or none), so they get one column of their own wherever an
+experiment holds them. Written: ``budget_sweep.png`` (``--figure``): accuracy against k per
+strategy, ± one std, with ``all`` and ``none`` as horizontal bands. Paired intervals at each k come
+from ``python -m server_app.paired <experiments> --against random,lntk``.
+"""
+
+from __future__ import annotations
+
+import argparse
+import sys
+from collections.abc import Sequence
+from pathlib import Path
+
+import numpy as np
+
+from server_app.report import load_runs, mean_std, plus_minus, pyplot, run_metrics, save_figure
+from settings import ALL_LAYERS, HEADS_ONLY, parse_budgets
+
+BUDGET_FREE = (ALL_LAYERS, HEADS_ONLY)  # strategies whose layers do not depend on the budget
+
+
+def uniform_budget(experiment_dir: Path) -> tuple[int, dict[str, list[float]]]:
+    """The experiment's common budget k and, per strategy (``f3ocus-<optimizer>`` for F3OCUS), the
+    overall accuracies (%) of its complete runs, in seed order."""
+    runs, _ = load_runs(experiment_dir)
+    if not runs:
+        raise ValueError(f"experiment {str(experiment_dir)!r}: no complete runs")
+    budgets = {run.config["budgets"] for run in runs}
+    values = {b for text in budgets for b in parse_budgets(text)}
+    if len(values) != 1 or not isinstance(next(iter(values)), int):
+        raise ValueError(f"experiment {str(experiment_dir)!r}: budgets = {sorted(budgets)!r} is not one "
+                         "value k shared by every client and run")
+    accuracy: dict[str, list[float]] = {}
+    for run in sorted(runs, key=lambda r: r.seed):
+        accuracy.setdefault(run.group, []).append(run_metrics(run)["overall"])
+    return int(next(iter(values))), accuracy
+
+
+def sweep(dirs: Sequence[Path]) -> dict[str, dict[int | str, list[float]]]:
+    """strategy -> k (or ``"any"`` for `BUDGET_FREE` strategies) -> overall accuracies (%)."""
+    out: dict[str, dict[int | str, list[float]]] = {}
+    for experiment in dirs:
+        k, accuracy = uniform_budget(Path(experiment))
+        for strategy, values in accuracy.items():
+            column = "any" if strategy in BUDGET_FREE else k
+            if column in out.get(strategy, {}):
+                raise ValueError(f"{strategy} at budget {column} appears in two experiments "
+                                 f"(the second: {str(experiment)!r})")
+            out.setdefault(strategy, {})[column] = values
+    return out
+
+
+def markdown(data: dict[str, dict[int | str, list[float]]]) -> str:
+    """The table of the module doc."""
+    budgets = sorted({k for cells in data.values() for k in cells if k != "any"})
+    columns: list[int | str] = [*budgets, "any"]
+    lines = ["| strategy | " + " | ".join(f"k = {k}" if k != "any" else "any k (all / none)"
+                                         for k in columns) + " | seeds |",
+             "|---|" + "---|" * (len(columns) + 1)]
+    for strategy, cells in sorted(data.items()):
+        row = [plus_minus(mean_std(cells[k]), 2) if k in cells else "-" for k in columns]
+        seeds = sorted({len(v) for v in cells.values()})
+        lines.append(f"| {strategy} | " + " | ".join(row) + f" | {'/'.join(map(str, seeds))} |")
+    return "\n".join(lines) + "\n"
+
+
+def plot(path: Path, data: dict[str, dict[int | str, list[float]]]) -> Path:
+    """Accuracy against k, mean ± std over seeds; budget-free strategies as horizontal bands."""
+    plt = pyplot()
+    fig, ax = plt.subplots(figsize=(6.4, 4.2))
+    budgets = sorted({k for cells in data.values() for k in cells if k != "any"})
+    for strategy, cells in sorted(data.items()):
+        if "any" in cells:
+            mean, std = mean_std(cells["any"])
+            line = ax.axhline(mean, linestyle="--", label=f"{strategy} (any k)")
+            ax.axhspan(mean - np.nan_to_num(std), mean + np.nan_to_num(std), alpha=0.1,
+                       color=line.get_color())
+        ks = [k for k in budgets if k in cells]
+        if ks:
+            stats = np.array([mean_std(cells[k]) for k in ks])
+            ax.errorbar(ks, stats[:, 0], yerr=np.nan_to_num(stats[:, 1]), marker="o", capsize=3,
+                        label=strategy)
+    ax.set_xticks(budgets)
+    ax.set_xlabel("layer budget k (every client)")
+    ax.set_ylabel("overall accuracy, final round (%)")
+    ax.legend(fontsize=8)
+    return save_figure(fig, path)
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(prog="python -m server_app.budget_sweep")
+    parser.add_argument("experiments", nargs="+", type=Path, help="results/<experiment>, one per k")
+    parser.add_argument("--figure", type=Path, default=None,
+                        help="where to write the figure (default: budget_sweep.png beside the "
+                             "first experiment)")
+    args = parser.parse_args(sys.argv[1:] if argv is None else argv)
+    try:
+        data = sweep(args.experiments)
+    except (ValueError, FileNotFoundError) as err:
+        print(f"error: {err}", file=sys.stderr)
+        return 2
+    print(markdown(data), end="")
+    figure = plot(args.figure or args.experiments[0].parent / "budget_sweep.png", data)
+    print(f"figure: {figure}")
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())
