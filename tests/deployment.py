@@ -1,5 +1,6 @@
 """A Deployment Engine federation on 127.0.0.1 for the deployment tests: a TLS SuperLink with
-SuperNode authentication and three SuperNodes with their own budgets (deploy.launch.Federation).
+SuperNode authentication and three SuperNodes with their own budgets (deploy.launch.Federation,
+its SuperNodes started through tests/fast_supernode.py).
 
 Each test module starts its own (so pytest-xdist can run them side by side); every process it
 starts is stopped by its PID at the end, and the teardown fails if any process naming its folder
@@ -24,18 +25,15 @@ BUDGETS = {"site-0": 1, "site-1": 2, "site-2": 3}  # tiny-vilt has 4 selectable 
 SETTINGS = ("model='tiny-vilt' dataset='synthetic' partitioner='iid' budgets='' local-steps=4 "
             "batch-size=8 max-test-samples=40 optimizer-pop-size=20 optimizer-generations=10")
 RUN_TIMEOUT = 1200  # generous: other work may share the 2 cores
-FAST_HEARTBEAT = Path(__file__).with_name("fast_heartbeat.py")
+FAST_SUPERNODE = Path(__file__).with_name("fast_supernode.py")
 
 
-class HeartbeatFederation(Federation):
-    """A `Federation` whose nodes named in ``fast_heartbeat`` send Flower's most frequent
-    heartbeat (tests/fast_heartbeat.py), so their death is noticed sooner."""
-
-    fast_heartbeat: frozenset[str] = frozenset()
+class FastFederation(Federation):
+    """A `Federation` whose SuperNodes poll and heartbeat sooner (tests/fast_supernode.py)."""
 
     def spawn(self, name: str, command: list[str], home: Path, pipe: bool = False):
-        if name in self.fast_heartbeat and command[0] == "flower-supernode":
-            command = [sys.executable, str(FAST_HEARTBEAT), *command[1:]]
+        if command[0] == "flower-supernode":
+            command = [sys.executable, str(FAST_SUPERNODE), *command[1:]]
         return super().spawn(name, command, home, pipe)
 
 
@@ -58,16 +56,13 @@ def free_port_block(size: int) -> int:
 
 
 def start_federation(workdir: Path, extra_keys: tuple[str, ...] = (),
-                     node_config: dict[str, dict[str, object]] | None = None,
-                     fast_heartbeat: tuple[str, ...] = ()) -> Iterator[Federation]:
+                     node_config: dict[str, dict[str, object]] | None = None) -> Iterator[Federation]:
     """Start the federation (credentials for `extra_keys` too, unregistered; `node_config` adds
-    to or overrides a site's node config; nodes in `fast_heartbeat` as `HeartbeatFederation` says),
-    yield it, stop it."""
+    to or overrides a site's node config), yield it, stop it."""
     nodes = site_nodes([str(b) for b in BUDGETS.values()], "synthetic", "cpu", workdir)
     for node in nodes:
         node.config.update((node_config or {}).get(node.name, {}))
-    fed = HeartbeatFederation(workdir, nodes, port=free_port_block(16))
-    fed.fast_heartbeat = frozenset(fast_heartbeat)
+    fed = FastFederation(workdir, nodes, port=free_port_block(16))
     fed.credentials(extra=list(extra_keys))
     try:
         fed.start(timeout=600)
