@@ -29,7 +29,7 @@ FAST_SUPERNODE = Path(__file__).with_name("fast_supernode.py")
 
 
 class FastFederation(Federation):
-    """A `Federation` whose SuperNodes poll and heartbeat sooner (tests/fast_supernode.py)."""
+    """A `Federation` whose SuperNodes heartbeat more often (tests/fast_supernode.py)."""
 
     def spawn(self, name: str, command: list[str], home: Path, pipe: bool = False):
         if command[0] == "flower-supernode":
