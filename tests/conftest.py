@@ -3,9 +3,10 @@ one thread, so the workers do not oversubscribe the cores.
 
 Scheduling (the suite's budget is 5 minutes on 2 cores): the longest modules (`LONGEST_FIRST`) are
 handed out first (with ``--no-loadscope-reorder`` xdist keeps this collection order instead of
-putting the modules with the most tests first), so no long module starts last and runs alone: 327 s
-on a quiet 2-core machine against 376 s before. (Four workers on 2 cores were measured too: 387 s,
-so ``-n auto`` stays one per core.)
+putting the modules with the most tests first), so no long module starts last and runs alone.
+Two workers, one per core: the deployment tests are not idle while they wait on Flower, they start
+processes that import torch, transformers and peft (about 8 CPU-seconds each), so more workers only
+make them contend (4 workers: 341 s against 313-390 s for 2 on the same day).
 """
 
 import os
