@@ -10,6 +10,7 @@ Writes into the experiment directory (see `server_app.experiments`):
   standard deviation (ddof = 1) over seeds; F3OCUS is the run with the config's optimiser;
 - ``optimizers.md``: F3OCUS with each optimiser the sweep ran (paper Tables 4 and 6);
 - ``convergence.png`` (Fig. 2): training loss per round per strategy, mean ± std over seeds;
+- ``accuracy.png``: test accuracy per round per strategy (VQA clients), mean ± std over seeds;
 - ``eigenvalues.png`` (Fig. 3): principal LNTK eigenvalue per layer per client, round 1;
 - ``layer_ranks.png`` (Figs. 5 and 6): per client and round, the rank of every layer by the client's
   own LNTK score, its own top-k (before the server step) and the F3OCUS mask (after it);
@@ -246,22 +247,28 @@ def save_figure(fig, path: Path) -> Path:
     return path
 
 
-def plot_convergence(path: Path, runs: Sequence[Run], groups: Sequence[str]) -> Path | None:
-    """Fig. 2: weighted training loss per round, mean ± std over seeds."""
+def round_curves(runs: Sequence[Run], group: str, stage: str, key: str) -> np.ndarray:
+    """(seeds, rounds) values of ``rounds.jsonl`` ``<stage>.<key>`` for a group's runs (NaN where a
+    round has none)."""
+    return np.array([[r.get(stage, {}).get(key, np.nan) for r in run.rounds]
+                     for run in runs if run.group == group], dtype=float)
+
+
+def plot_per_round(path: Path, runs: Sequence[Run], groups: Sequence[str], stage: str, key: str,
+                   ylabel: str, title: str, scale: float = 1.0) -> Path:
+    """One curve per group of `round_curves` (a weighted mean over clients), mean ± std over seeds."""
     plt = pyplot()
     fig, ax = plt.subplots(figsize=(6.4, 4.2))
     for group in groups:
-        curves = [[r["train"].get("train_loss", np.nan) for r in run.rounds]
-                  for run in runs if run.group == group]
-        if not curves:
+        arr = scale * round_curves(runs, group, stage, key)
+        if arr.size == 0:
             continue
-        arr = np.array(curves, dtype=float)
         mean, std = np.nanmean(arr, 0), np.nanstd(arr, 0)
         x = np.arange(1, arr.shape[1] + 1)
         label = "f3ocus" if group.startswith("f3ocus-") else group
         ax.plot(x, mean, marker="o", label=label)
         ax.fill_between(x, mean - std, mean + std, alpha=0.15)
-    ax.set(xlabel="round", ylabel="training loss (mean over clients)", title="Convergence (Fig. 2)")
+    ax.set(xlabel="round", ylabel=ylabel, title=title)
     ax.xaxis.get_major_locator().set_params(integer=True)
     ax.legend(fontsize=8, ncol=2)
     return save_figure(fig, path)
@@ -366,7 +373,12 @@ def plot_front(path: Path, run: Run) -> Path:
 
 def draw_figures(experiment_dir: Path, runs: Sequence[Run], groups: Sequence[str]) -> list[Path]:
     """Every figure whose runs exist."""
-    written = [plot_convergence(experiment_dir / "convergence.png", runs, groups)]
+    written = [plot_per_round(experiment_dir / "convergence.png", runs, groups, "train", "train_loss",
+                              "training loss (mean over clients)", "Convergence (Fig. 2)")]
+    if any("accuracy" in r.get("evaluate", {}) for run in runs for r in run.rounds):  # VQA clients
+        written.append(plot_per_round(experiment_dir / "accuracy.png", runs, groups, "evaluate",
+                                      "accuracy", "test accuracy (%, weighted over clients)",
+                                      "Accuracy per round", 100.0))
     f3 = [g for g in groups if g.startswith("f3ocus-")]
     f3_run = _first(runs, f3[0]) if f3 else None
     lntk_run = f3_run or _first(runs, "lntk")

@@ -34,7 +34,7 @@ max-test-samples = 20
 optimizer-pop-size = 8
 optimizer-generations = 2
 """
-FIGURES = ("convergence.png", "eigenvalues.png", "layer_ranks.png", "selection_histogram.png",
+FIGURES = ("convergence.png", "accuracy.png", "eigenvalues.png", "layer_ranks.png", "selection_histogram.png",
            "pareto_front.png")
 
 

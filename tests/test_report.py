@@ -81,10 +81,19 @@ def test_table_means_and_sample_stds_are_exact(experiment):
     assert "| f3ocus | 0,1,2 |" in table and "client 1 (k=1)" in table and "majority answer" in table
     assert "python run_simulation.py --strategies lntk,f3ocus" in table
     names = {p.name for p in written}
-    assert {"table.md", "table.csv", "optimizers.md", "convergence.png", "eigenvalues.png",
+    assert {"table.md", "table.csv", "optimizers.md", "convergence.png", "accuracy.png", "eigenvalues.png",
             "layer_ranks.png", "selection_histogram.png", "pareto_front.png"} <= names
     optimizers = (root / "optimizers.md").read_text()
     assert "| f3ocus-nsga2 | 0,1,2 |" in optimizers and "| f3ocus-sa | 0 |" in optimizers
+
+
+def test_round_curves_are_each_seeds_round_log(experiment):
+    root, _ = experiment
+    runs, _ = report.load_runs(root)
+    loss = report.round_curves(runs, "lntk", "train", "train_loss")  # 2 / round + seed, seeds 0..2
+    np.testing.assert_allclose(loss, [[2.0, 1.0], [3.0, 2.0], [4.0, 3.0]])
+    np.testing.assert_allclose(report.round_curves(runs, "f3ocus-sa", "evaluate", "accuracy"), [[0.5, 0.5]])
+    assert report.round_curves(runs, "random", "evaluate", "accuracy").size == 0
 
 
 def test_layer_ranks_and_selection_counts():
