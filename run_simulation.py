@@ -66,9 +66,15 @@ def resolve(overrides: dict[str, object]) -> RunConfig:
     return RunConfig.from_mapping(values, strategies=STRATEGIES)
 
 
+DEFAULT_CLIENTS = 5
+
+
 def client_count(config: RunConfig, requested: int | None) -> int:
-    """--num-clients, else one client per listed budget, else 5; at least min-nodes."""
-    num_clients = requested if requested is not None else len(parse_budgets(config.budgets)) or 5
+    """--num-clients, else one client per listed budget when two or more are listed, else 5 (a
+    single budget k means every client trains k layers, as in a budget sweep, not one client);
+    at least min-nodes."""
+    listed = len(parse_budgets(config.budgets))
+    num_clients = requested if requested is not None else listed if listed > 1 else DEFAULT_CLIENTS
     if num_clients < 1:
         raise ConfigError(f"--num-clients {num_clients} must be >= 1")
     if config.min_nodes > num_clients:
@@ -176,7 +182,8 @@ def sweep(args: argparse.Namespace, overrides: dict[str, object], argv: list[str
         "client-cpus": args.client_cpus, "settings": {k: v for k, v in base.items()
                                                       if k not in ("strategy", "seed", "run-name")},
     })
-    print(f"Experiment {experiment_dir}: {len(specs)} runs", flush=True)
+    print(f"Experiment {experiment_dir}: {len(specs)} runs; {describe(first.budgets, num_clients)}",
+          flush=True)
     outcomes = experiments.run_sweep(base, specs, experiment_dir, num_clients, args.client_cpus,
                                      args.client_gpus, echo=lambda line: print(line, flush=True))
     written = report.write_report(experiment_dir)
@@ -196,7 +203,8 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--run-config", action="append", default=[],
                         help='overrides, e.g. "strategy=\'lntk\' num-server-rounds=3"')
     parser.add_argument("--num-clients", type=int, default=None,
-                        help="virtual SuperNodes (default: number of budgets, or 5)")
+                        help="virtual SuperNodes (default: number of budgets if two or more are "
+                             "listed, else 5)")
     parser.add_argument("--client-cpus", type=float, default=2.0, help="CPUs per ClientApp")
     parser.add_argument("--client-gpus", type=float, default=0.0,
                         help="GPU share per ClientApp (0.25 lets four clients share one GPU)")

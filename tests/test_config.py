@@ -128,6 +128,19 @@ def test_any_number_of_clients_runs_and_the_budgets_used_are_printed(
     assert f"layer budgets of {num_clients} clients (partition 0..{num_clients - 1}): {used}" in out
 
 
+@pytest.mark.parametrize(("budgets", "num_clients", "used"), [
+    ("2", 5, "2,2,2,2,2"),  # one budget k: every client k layers (a budget sweep), not one client
+    ("", 5, None),  # no list
+    ("2,1,3", 3, "2,1,3"),  # one client per listed budget
+])
+def test_without_num_clients_a_single_budget_means_five_clients_with_that_budget(
+        budgets, num_clients, used, capsys, no_simulation, tmp_path):
+    code, out, _ = run(capsys, "--run-config", f"{TINY} budgets='{budgets}' results-dir='{tmp_path}'")
+    assert [n for _, n in no_simulation] == [num_clients]
+    if used is not None:
+        assert f"layer budgets of {num_clients} clients (partition 0..{num_clients - 1}): {used}" in out
+
+
 def test_default_budgets_are_cut_or_cycled_to_the_clients():
     default = str(default_config()["budgets"])
     assert parse_budgets(default) == [6, 6, 4, 4, 2]
