@@ -24,6 +24,7 @@ from server_app.report import load_runs, mean_std, plus_minus, pyplot, run_metri
 from settings import ALL_LAYERS, HEADS_ONLY, parse_budgets
 
 BUDGET_FREE = (ALL_LAYERS, HEADS_ONLY)  # strategies whose layers do not depend on the budget
+BAND_STYLES = ("--", ":")
 
 
 def uniform_budget(experiment_dir: Path) -> tuple[int, dict[str, list[float]]]:
@@ -77,11 +78,11 @@ def plot(path: Path, data: dict[str, dict[int | str, list[float]]]) -> Path:
     fig, ax = plt.subplots(figsize=(6.4, 4.2))
     budgets = sorted({k for cells in data.values() for k in cells if k != "any"})
     for strategy, cells in sorted(data.items()):
-        if "any" in cells:
+        if "any" in cells:  # grey bands, told apart by line style, not taken from the colour cycle
             mean, std = mean_std(cells["any"])
-            line = ax.axhline(mean, linestyle="--", label=f"{strategy} (any k)")
-            ax.axhspan(mean - np.nan_to_num(std), mean + np.nan_to_num(std), alpha=0.1,
-                       color=line.get_color())
+            style = BAND_STYLES[sorted(BUDGET_FREE).index(strategy) % len(BAND_STYLES)]
+            ax.axhline(mean, color="0.35", linestyle=style, label=f"{strategy} (any k)")
+            ax.axhspan(mean - np.nan_to_num(std), mean + np.nan_to_num(std), alpha=0.1, color="0.35")
         ks = [k for k in budgets if k in cells]
         if ks:
             stats = np.array([mean_std(cells[k]) for k in ks])
