@@ -23,8 +23,8 @@ import numpy as np
 from server_app.report import load_runs, mean_std, plus_minus, pyplot, run_metrics, save_figure
 from settings import ALL_LAYERS, HEADS_ONLY, parse_budgets
 
-BUDGET_FREE = (ALL_LAYERS, HEADS_ONLY)  # strategies whose layers do not depend on the budget
-BAND_STYLES = ("--", ":")
+BAND_STYLES = {ALL_LAYERS: "--", HEADS_ONLY: ":"}  # strategies whose layers do not depend on k
+BUDGET_FREE = tuple(BAND_STYLES)
 
 
 def uniform_budget(experiment_dir: Path) -> tuple[int, dict[str, list[float]]]:
@@ -58,10 +58,14 @@ def sweep(dirs: Sequence[Path]) -> dict[str, dict[int | str, list[float]]]:
     return out
 
 
+def _budgets(data: dict[str, dict[int | str, list[float]]]) -> list[int]:
+    """The budgets k that some strategy ran with, ascending."""
+    return sorted({k for cells in data.values() for k in cells if k != "any"})
+
+
 def markdown(data: dict[str, dict[int | str, list[float]]]) -> str:
     """The table of the module doc."""
-    budgets = sorted({k for cells in data.values() for k in cells if k != "any"})
-    columns: list[int | str] = [*budgets, "any"]
+    columns: list[int | str] = [*_budgets(data), "any"]
     lines = ["| strategy | " + " | ".join(f"k = {k}" if k != "any" else "any k (all / none)"
                                          for k in columns) + " | seeds |",
              "|---|" + "---|" * (len(columns) + 1)]
@@ -76,12 +80,11 @@ def plot(path: Path, data: dict[str, dict[int | str, list[float]]]) -> Path:
     """Accuracy against k, mean ± std over seeds; budget-free strategies as horizontal bands."""
     plt = pyplot()
     fig, ax = plt.subplots(figsize=(6.4, 4.2))
-    budgets = sorted({k for cells in data.values() for k in cells if k != "any"})
+    budgets = _budgets(data)
     for strategy, cells in sorted(data.items()):
         if "any" in cells:  # grey bands, told apart by line style, not taken from the colour cycle
             mean, std = mean_std(cells["any"])
-            style = BAND_STYLES[sorted(BUDGET_FREE).index(strategy) % len(BAND_STYLES)]
-            ax.axhline(mean, color="0.35", linestyle=style, label=f"{strategy} (any k)")
+            ax.axhline(mean, color="0.35", linestyle=BAND_STYLES[strategy], label=f"{strategy} (any k)")
             ax.axhspan(mean - np.nan_to_num(std), mean + np.nan_to_num(std), alpha=0.1, color="0.35")
         ks = [k for k in budgets if k in cells]
         if ks:
