@@ -21,9 +21,8 @@ if os.environ.get("PYTEST_XDIST_WORKER"):
     torch.set_num_threads(1)
 
 LONGEST_FIRST = (  # measured with --durations (setup + call), longest first
-    "test_deploy_fault.py",
-    "test_deploy_mosaic.py",
     "test_deploy.py",
+    "test_deploy_mosaic.py",
     "test_resume.py",
     "test_simulation.py",
     "test_harness.py",

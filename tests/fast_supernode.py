@@ -1,7 +1,7 @@
 """``flower-supernode`` whose heartbeat interval is Flower's minimum (10 s) instead of its fixed 30 s.
 
 The SuperLink marks a node offline after two missed intervals (``HEARTBEAT_PATIENCE``), so a killed
-node is seen offline within about 20 s instead of 60 s (tests/test_deploy_fault.py). Nothing else of
+node is seen offline within about 20 s instead of 60 s (tests/test_deploy.py). Nothing else of
 the SuperNode changes; what the tests check does not depend on that latency.
 
 Its 3 s wait between polls for messages stays: polling every 0.5 s cost an idle federation 0.19

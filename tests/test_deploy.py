@@ -1,15 +1,24 @@
 """Flower's Deployment Engine on 127.0.0.1 (issue 6): three authenticated SuperNodes with their own
-budgets complete a run, and refused nodes (tests/deployment.py starts the federation).
+budgets complete a run, refused nodes, and a node killed in the middle of a run (tests/deployment.py
+starts the federation).
 
-The run sets no run-config ``budgets``, so the budgets the sites declare (node config) are the only
+The runs set no run-config ``budgets``, so the budgets the sites declare (node config) are the only
 source. The refused nodes each have one fault and are all tried at once against the same SuperLink.
-A node killed in the middle of a run: tests/test_deploy_fault.py (its own federation, so the two
-federated runs can go to different pytest-xdist workers).
+The killed-node run comes last and reuses the federation and its sites' warm workers: a federation
+of its own cost another start (SuperLink, registrations, SuperNodes) and three cold workers, about
+45 s of the suite's CPU.
+
+The SuperNodes send Flower's most frequent heartbeat (tests/fast_supernode.py: every ~4 s, declared
+interval 10 s), so the SuperLink marks the killed node offline about 20 s after the kill instead of
+the 60 s of Flower's fixed 30 s interval; what the test checks does not depend on how soon that is.
 """
 
 from __future__ import annotations
 
 import json
+import signal
+import threading
+import time
 
 import pytest
 from safetensors.numpy import load_file
@@ -113,3 +122,49 @@ def test_three_authenticated_nodes_complete_two_rounds_with_their_own_budgets(fe
     assert not (run_dir / "clients").exists()
 
 
+def test_killed_node_is_recorded_the_run_completes_and_the_restarted_node_rejoins(federation, tmp_path):
+    victim = federation.nodes[2]
+    victim_id = federation.node_ids[victim.name]
+    log = federation.log_path(victim.name)
+    seen = log.read_text().count("Receiving:")
+    outcome = {}
+    runner = threading.Thread(target=lambda: outcome.setdefault("result", federation.run(
+        run_config(tmp_path, "fault", **{"num-server-rounds": 2, "round-timeout": 600,
+                                         "fraction-evaluate": 0.0}),
+        timeout=RUN_TIMEOUT)))
+    runner.start()
+    try:
+        deadline = time.monotonic() + RUN_TIMEOUT
+        while log.read_text().count("Receiving:") == seen:  # its first message of this run
+            assert time.monotonic() < deadline and runner.is_alive(), "the victim got no message"
+            time.sleep(0.5)
+        federation.stop(victim.name, signal.SIGKILL)  # dies mid-round, with its App processes
+        # Once the SuperLink has marked the node offline (missed heartbeats), it turns the lost
+        # message into a "Node Unavailable" reply when the ServerApp next pulls: restart the node
+        # only after the server has seen that reply, or the message waits for the round timeout.
+        # The run log is read rather than `flwr supernode list` polled: each CLI call is a process
+        # that imports Flower (2.3 s of CPU).
+        run_log = federation.log_path("flwr-run")
+        while f"from node {victim_id} rejected" not in (run_log.read_text() if run_log.exists() else ""):
+            assert time.monotonic() < deadline and runner.is_alive(), "the server never saw the failure"
+            time.sleep(1)
+        federation.start_supernode(victim)  # same key, so the same node id; same state-dir
+    except BaseException:
+        federation.stop("flwr-run")
+        raise
+    finally:
+        runner.join(timeout=RUN_TIMEOUT)
+    result = outcome["result"]
+    assert result.ok, result.output[-3000:]
+    rounds = read_jsonl(tmp_path / "fault" / "rounds.jsonl")
+    assert [r["round"] for r in rounds] == [1, 2]
+    assert all(r["aggregated"] for r in rounds)
+    failures = [f for f in rounds[0]["rejected"] if f["node"] == victim_id]
+    assert failures and rounds[0]["failures"] >= 1, rounds[0]["rejected"]
+    assert any("Node Unavailable" in f["reason"] or "no reply" in f["reason"] for f in failures)
+    rows = read_jsonl(tmp_path / "fault" / "clients.jsonl")
+    first = {r["node"]: r for r in rows if r["round"] == 1}
+    assert first.get(victim_id, {}).get("mask") is None  # no layers for a node that cannot train
+    assert len(first) >= 2 and all(len(r["mask"]) == r["budget"] for n, r in first.items() if n != victim_id)
+    again = [r for r in rows if r["round"] == 2 and r["node"] == victim_id]
+    assert again and len(again[0]["mask"]) == BUDGETS[victim.name], rows  # it rejoined

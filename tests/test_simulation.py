@@ -1,11 +1,14 @@
 """End to end through Flower's Simulation Engine (Ray): tiny-vilt on synthetic data, 3 clients
-(with a 4-entry budget list, of which the first 3 are used)."""
+(with a 4-entry budget list, of which the first 3 are used). Ray's own processes of that run are
+watched too: they must bind 127.0.0.1 only."""
 
 from __future__ import annotations
 
+import contextlib
 import json
 import subprocess
 import sys
+import time
 from pathlib import Path
 
 import pytest
@@ -19,23 +22,61 @@ SETTINGS = {"model": "'tiny-vilt'", "dataset": "'synthetic'", "partitioner": "'i
             "optimizer-generations": "10"}
 
 
-def simulate(tmp_path: Path, name: str = "e2e", **changes: str) -> subprocess.CompletedProcess:
-    """run_simulation.py in a child process, so Ray and every worker end with it."""
+def command(tmp_path: Path, name: str, **changes: str) -> list[str]:
     settings = {**SETTINGS, "results-dir": f"'{tmp_path}'", "run-name": f"'{name}'", **changes}
     run_config = " ".join(f"{key}={value}" for key, value in settings.items())
-    return subprocess.run(
-        [sys.executable, "run_simulation.py", "--num-clients", "3", "--client-cpus", "1",
-         "--run-config", run_config],
-        cwd=ROOT, capture_output=True, text=True, timeout=600,
-    )
+    return [sys.executable, "run_simulation.py", "--num-clients", "3", "--client-cpus", "1",
+            "--run-config", run_config]
+
+
+def simulate(tmp_path: Path, name: str = "e2e", **changes: str) -> subprocess.CompletedProcess:
+    """run_simulation.py in a child process, so Ray and every worker end with it."""
+    return subprocess.run(command(tmp_path, name, **changes), cwd=ROOT, capture_output=True,
+                          text=True, timeout=600)
+
+
+def descendant_cmdlines(pid: int) -> list[str]:
+    """Command lines of every process below ``pid`` (Linux /proc)."""
+    children: dict[int, list[int]] = {}
+    for proc in Path("/proc").iterdir():
+        if proc.name.isdigit():
+            with contextlib.suppress(OSError, IndexError, ValueError):
+                ppid = int((proc / "stat").read_text().rsplit(")", 1)[1].split()[1])
+                children.setdefault(ppid, []).append(int(proc.name))
+    found, todo = [], [pid]
+    while todo:
+        for child in children.get(todo.pop(), []):
+            todo.append(child)
+            with contextlib.suppress(OSError):
+                cmdline = (Path("/proc") / str(child) / "cmdline").read_bytes()
+                found.append(cmdline.replace(b"\0", b" ").decode())
+    return found
 
 
 @pytest.fixture(scope="module")
 def finished_run(tmp_path_factory):
+    """The run, and the addresses Ray's gcs_server and raylet were told to bind (seen every 0.5 s)."""
     tmp_path = tmp_path_factory.mktemp("sim")
-    proc = simulate(tmp_path)
-    assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr[-3000:]
-    return tmp_path / "e2e", proc
+    with open(tmp_path / "stdout", "w+") as out, open(tmp_path / "stderr", "w+") as err:
+        proc = subprocess.Popen(command(tmp_path, "e2e"), cwd=ROOT, stdout=out, stderr=err, text=True)
+        addresses: set[str] = set()
+        deadline = time.monotonic() + 600
+        while proc.poll() is None and time.monotonic() < deadline:
+            addresses |= {a.split()[0] for c in descendant_cmdlines(proc.pid)
+                          for a in c.split("--node-ip-address=")[1:]}
+            time.sleep(0.5)
+        proc.kill()
+        proc.wait()
+        out.seek(0)
+        err.seek(0)
+        done = subprocess.CompletedProcess(proc.args, proc.returncode, out.read(), err.read())
+    assert done.returncode == 0, done.stdout[-3000:] + done.stderr[-3000:]
+    return tmp_path / "e2e", done, addresses
+
+
+def test_ray_binds_only_127_0_0_1(finished_run):
+    _, _, addresses = finished_run
+    assert addresses == {"127.0.0.1"}, addresses  # Ray's gcs_server/raylet name the IP they bind to
 
 
 def read_jsonl(path: Path) -> list[dict]:
@@ -43,7 +84,7 @@ def read_jsonl(path: Path) -> list[dict]:
 
 
 def test_simulation_writes_every_results_file(finished_run):
-    run_dir, proc = finished_run
+    run_dir, proc, _ = finished_run
     for name in ("config.json", "rounds.jsonl", "clients.jsonl", "fronts.jsonl",
                  "adapters.safetensors", "checkpoint/state.json", "checkpoint/global-2.safetensors"):
         assert (run_dir / name).exists(), name
@@ -61,7 +102,7 @@ def test_simulation_writes_every_results_file(finished_run):
 
 
 def test_masks_follow_the_budgets_and_uplink_is_only_the_masked_layers(finished_run):
-    run_dir, _ = finished_run
+    run_dir, _, _ = finished_run
     budgets = [2, 1, 3]
     rows = read_jsonl(run_dir / "clients.jsonl")
     assert len(rows) == 6
@@ -78,7 +119,7 @@ def test_masks_follow_the_budgets_and_uplink_is_only_the_masked_layers(finished_
 
 
 def test_training_loss_fell(finished_run):
-    run_dir, _ = finished_run
+    run_dir, _, _ = finished_run
     rounds = read_jsonl(run_dir / "rounds.jsonl")
     first, last = rounds[0]["train"]["train_loss_first"], rounds[-1]["train"]["train_loss_last"]
     assert last < first
