@@ -8,7 +8,9 @@ deploy/README.md), with every address on 127.0.0.1:
 1. credentials (:mod:`deploy.make_certs`): a private CA, the SuperLink's certificate, one key pair
    per SuperNode;
 2. ``flower-superlink`` with ``--ssl-*`` and ``--enable-supernode-auth``;
-3. ``flwr supernode register <node>.pub`` for every node (only registered keys may connect);
+3. registration of every node's public key (only registered keys may connect): what
+   ``flwr supernode register <node>.pub`` does, through Flower's Control API client in this
+   process (`Control`);
 4. one ``flower-supernode`` per node with its own ``--node-config`` (layer-budget, dataset or
    data-dir, partition-id/num-partitions, device, state-dir), ``--root-certificates`` and
    ``--auth-supernode-private-key``;
@@ -17,6 +19,11 @@ Every process is started in its own process group and stopped by its PID (the gr
 so its SuperExec and App processes go with it) on exit, error, Ctrl-C or SIGTERM. POSIX only.
 ``flwr`` talks to the SuperLink through a Flower configuration file in the work directory
 (``FLWR_HOME``), so the user's ``~/.flwr/config.toml`` is left alone.
+
+Registering, listing nodes and reading a run's status go through `Control` rather than the ``flwr``
+CLI: every CLI call is a process that imports Flower (2.3 s of CPU, ``/usr/bin/time flwr --version``),
+and waiting for nodes or a run polls it. ``flwr run`` (app bundle, log stream) and ``flwr stop``
+stay CLI calls.
 """
 
 from __future__ import annotations
@@ -52,6 +59,49 @@ QUIET_ENV = {"FLWR_DISABLE_RUNTIME_DEPENDENCY_INSTALLATION": "1", "FLWR_DISABLE_
 
 class LaunchError(RuntimeError):
     """A step of the launch failed; the message names the step and where its log is."""
+
+
+class Control:
+    """The SuperLink's Control API over TLS, with Flower's own client (what the ``flwr`` CLI uses).
+
+    Flower 1.41 internals (``flwr.supercore.control``, ``flwr.proto.control_pb2``): the deployment
+    tests exercise every call, so a Flower release that moves them fails CI, not a user's launch.
+    """
+
+    def __init__(self, address: str, ca_cert: Path) -> None:
+        from flwr.supercore.control.control_http_client import ControlHttpClient
+        from flwr.supercore.interceptors.http.runtime_version import RuntimeVersionHttpInterceptor
+
+        self.client = ControlHttpClient.from_server_address(
+            address, False, ca_cert.read_bytes(),
+            [RuntimeVersionHttpInterceptor(component_name="flwr CLI")])
+
+    def register(self, public_key: Path) -> int:
+        """``flwr supernode register``: the node id the SuperLink gives this OpenSSH EC key."""
+        from cryptography.hazmat.primitives.serialization import load_ssh_public_key
+        from flwr.proto.control_pb2 import RegisterNodeRequest
+        from flwr.supercore.primitives.asymmetric import public_key_to_bytes
+
+        key = public_key_to_bytes(load_ssh_public_key(public_key.read_bytes()))
+        return int(self.client.RegisterNode(RegisterNodeRequest(public_key=key)).node_id)
+
+    def online_nodes(self) -> set[int]:
+        """``flwr supernode list``: ids of the nodes the SuperLink sees online."""
+        from flwr.proto.control_pb2 import ListNodesRequest
+
+        nodes = self.client.ListNodes(ListNodesRequest()).nodes_info
+        return {int(n.node_id) for n in nodes if n.status == "online"}
+
+    def run_status(self, run_id: int) -> str:
+        """``flwr list --run-id``: the run's status as the CLI prints it (``finished:completed``)."""
+        from flwr.proto.control_pb2 import ListRunsRequest
+
+        run = self.client.ListRuns(ListRunsRequest(run_id=run_id)).run_dict[run_id]
+        status = run.status
+        return f"{status.status}:{status.sub_status}" if status.sub_status else status.status
+
+    def close(self) -> None:
+        self.client.close()
 
 
 @dataclass(frozen=True)
@@ -145,6 +195,7 @@ class Federation:
         self.logs = self.workdir / "logs"
         self.logs.mkdir(parents=True, exist_ok=True)
         self.creds: Credentials | None = None
+        self._control: Control | None = None
         self._next_runtime_port = self.port + 1
 
     # ------------------------------------------------------------------ plumbing
@@ -182,12 +233,12 @@ class Federation:
     def cli_home(self) -> Path:
         return self.workdir / "flwr-cli"
 
-    @staticmethod
-    def _json(text: str) -> dict:
-        start = text.find("{")
-        if start < 0:
-            raise LaunchError(f"flwr printed no JSON: {text.strip()[-500:]}")
-        return json.loads(text[start:])
+    @property
+    def control(self) -> Control:
+        """The Control API client (made on first use, once the SuperLink is up)."""
+        if self._control is None:
+            self._control = Control(f"{HOST}:{self.port}", self.credentials().ca_cert)
+        return self._control
 
     # ------------------------------------------------------------------ SuperLink
     def start_superlink(self, timeout: float = 120) -> None:
@@ -219,19 +270,20 @@ class Federation:
             f'address = "{HOST}:{self.port}"\nroot-certificates = "{creds.ca_cert}"\n')
 
     def register(self, name: str) -> int:
-        """``flwr supernode register keys/<name>.pub``; returns the node id it is given."""
+        """Register ``keys/<name>.pub`` (``flwr supernode register``); returns the node id it is given."""
         public = self.credentials().node_keys[name][1]
-        done = self.flwr("supernode", "register", str(public), CONNECTION, "--format", "json")
-        if done.returncode != 0:
-            raise LaunchError(f"registering {name} failed: {(done.stdout + done.stderr).strip()[-500:]}")
-        self.node_ids[name] = int(self._json(done.stdout)["node-id"])
+        try:
+            self.node_ids[name] = self.control.register(public)
+        except Exception as err:  # noqa: BLE001 - any failure of the call is this step's failure
+            raise LaunchError(f"registering {name} ({public}) failed: {type(err).__name__}: {err}") from err
         return self.node_ids[name]
 
     def online_nodes(self) -> set[int]:
-        done = self.flwr("supernode", "list", CONNECTION, "--format", "json")
-        if done.returncode != 0:
+        """Ids of the nodes the SuperLink sees online (none while it cannot be asked)."""
+        try:
+            return self.control.online_nodes()
+        except Exception:  # noqa: BLE001 - an unreachable SuperLink has no node online
             return set()
-        return {int(n["node-id"]) for n in self._json(done.stdout)["nodes"] if n["status"] == "online"}
 
     def wait_online(self, names: Sequence[str], timeout: float = 180) -> None:
         wanted = {self.node_ids[n] for n in names}
@@ -327,10 +379,8 @@ class Federation:
 
         def final() -> bool:
             nonlocal status
-            done = self.flwr("list", CONNECTION, "--run-id", str(run_id), "--format", "json")
-            if done.returncode == 0:
-                runs = self._json(done.stdout).get("runs", [])
-                status = runs[0]["status"] if runs else status
+            with contextlib.suppress(Exception):  # not listed yet or SuperLink busy: ask again
+                status = self.control.run_status(run_id)
             return status.startswith("finished")
 
         with contextlib.suppress(LaunchError):
@@ -380,6 +430,9 @@ class Federation:
 
     def stop_all(self) -> None:
         """Stop everything this federation started, newest first, then any process left of it."""
+        if self._control is not None:
+            self._control.close()
+            self._control = None
         for name in reversed(list(self.processes)):
             self.stop(name)
         for pid in self.strays():
