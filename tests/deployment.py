@@ -1,5 +1,5 @@
 """A Deployment Engine federation on 127.0.0.1 for the deployment tests: a TLS SuperLink with
-SuperNode authentication and three SuperNodes with their own budgets (deploy.launch.Federation,
+SuperNode authentication and three SuperNodes (or fewer) with their own budgets (deploy.launch.Federation,
 its SuperNodes started through tests/fast_supernode.py).
 
 Each test module starts its own (so pytest-xdist can run them side by side); every process it
@@ -56,10 +56,11 @@ def free_port_block(size: int) -> int:
 
 
 def start_federation(workdir: Path, extra_keys: tuple[str, ...] = (),
-                     node_config: dict[str, dict[str, object]] | None = None) -> Iterator[Federation]:
-    """Start the federation (credentials for `extra_keys` too, unregistered; `node_config` adds
-    to or overrides a site's node config), yield it, stop it."""
-    nodes = site_nodes([str(b) for b in BUDGETS.values()], "synthetic", "cpu", workdir)
+                     node_config: dict[str, dict[str, object]] | None = None,
+                     sites: int = len(BUDGETS)) -> Iterator[Federation]:
+    """Start the federation of the first `sites` sites (credentials for `extra_keys` too,
+    unregistered; `node_config` adds to or overrides a site's node config), yield it, stop it."""
+    nodes = site_nodes([str(b) for b in list(BUDGETS.values())[:sites]], "synthetic", "cpu", workdir)
     for node in nodes:
         node.config.update((node_config or {}).get(node.name, {}))
     fed = FastFederation(workdir, nodes, port=free_port_block(16))
