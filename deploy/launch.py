@@ -77,7 +77,10 @@ class Control:
             [RuntimeVersionHttpInterceptor(component_name="flwr CLI")])
 
     def register(self, public_key: Path) -> int:
-        """``flwr supernode register``: the node id the SuperLink gives this OpenSSH EC key."""
+        """``flwr supernode register``: the node id the SuperLink gives this OpenSSH EC key.
+
+        Not the CLI's ``try_load_public_key``: on a bad key it ends the process (``flwr_exit``),
+        where the launcher must stop what it started and say which step failed."""
         from cryptography.hazmat.primitives.serialization import load_ssh_public_key
         from flwr.proto.control_pb2 import RegisterNodeRequest
         from flwr.supercore.primitives.asymmetric import public_key_to_bytes

@@ -24,7 +24,6 @@ from server_app.report import load_runs, mean_std, plus_minus, pyplot, run_metri
 from settings import ALL_LAYERS, HEADS_ONLY, parse_budgets
 
 BAND_STYLES = {ALL_LAYERS: "--", HEADS_ONLY: ":"}  # strategies whose layers do not depend on k
-BUDGET_FREE = tuple(BAND_STYLES)
 
 
 def uniform_budget(experiment_dir: Path) -> tuple[int, dict[str, list[float]]]:
@@ -45,12 +44,12 @@ def uniform_budget(experiment_dir: Path) -> tuple[int, dict[str, list[float]]]:
 
 
 def sweep(dirs: Sequence[Path]) -> dict[str, dict[int | str, list[float]]]:
-    """strategy -> k (or ``"any"`` for `BUDGET_FREE` strategies) -> overall accuracies (%)."""
+    """strategy -> k (or ``"any"`` for the strategies of `BAND_STYLES`) -> overall accuracies (%)."""
     out: dict[str, dict[int | str, list[float]]] = {}
     for experiment in dirs:
         k, accuracy = uniform_budget(Path(experiment))
         for strategy, values in accuracy.items():
-            column = "any" if strategy in BUDGET_FREE else k
+            column = "any" if strategy in BAND_STYLES else k
             if column in out.get(strategy, {}):
                 raise ValueError(f"{strategy} at budget {column} appears in two experiments "
                                  f"(the second: {str(experiment)!r})")

@@ -58,7 +58,7 @@ def finished_run(tmp_path_factory):
     """The run, and the addresses Ray's gcs_server and raylet were told to bind (seen every 0.5 s)."""
     tmp_path = tmp_path_factory.mktemp("sim")
     with open(tmp_path / "stdout", "w+") as out, open(tmp_path / "stderr", "w+") as err:
-        proc = subprocess.Popen(command(tmp_path, "e2e"), cwd=ROOT, stdout=out, stderr=err, text=True)
+        proc = subprocess.Popen(command(tmp_path, "e2e"), cwd=ROOT, stdout=out, stderr=err)
         addresses: set[str] = set()
         deadline = time.monotonic() + 600
         while proc.poll() is None and time.monotonic() < deadline:
