@@ -28,6 +28,7 @@ from pathlib import Path
 
 from server_app.experiments import incomplete
 from settings import PROJECT_ROOT, ConfigError, RunConfig, check_here, default_config, describe, parse_budgets
+from settings.local import available_cores
 
 SERVER_APP = "server_app.app:app"
 CLIENT_APP = "client_app.app:app"
@@ -83,13 +84,15 @@ def client_count(config: RunConfig, requested: int | None) -> int:
     return num_clients
 
 
-def preflight(config: RunConfig, num_clients: int, client_cpus: float, client_gpus: float) -> None:
+def preflight(config: RunConfig, num_clients: int, client_cpus: float, client_gpus: float,
+              cpus: int | None = None) -> None:
     """The checks the clients (on this machine) and the server would make, before Ray starts."""
     from server_app.app import plan_run
 
     if client_cpus <= 0 or client_gpus < 0:
         raise ConfigError(f"--client-cpus {client_cpus} / --client-gpus {client_gpus}: CPUs must be > 0, "
                           "GPUs >= 0")
+    check_cpus(cpus, client_cpus)
     check_here(config)
     if config.device.startswith("cuda") and client_gpus == 0:
         raise ConfigError(f"device = {config.device!r} needs --client-gpus > 0: Ray hides the GPUs "
@@ -98,8 +101,17 @@ def preflight(config: RunConfig, num_clients: int, client_cpus: float, client_gp
     print(describe(config.budgets, num_clients), flush=True)
 
 
-def simulate(config: RunConfig, num_clients: int, client_cpus: float, client_gpus: float) -> None:
-    """Run the app exactly as ``flwr run`` does in its simulation process, but in this process."""
+def check_cpus(cpus: int | None, client_cpus: float) -> None:
+    """--cpus (the CPUs Ray may use for this run; None: all of the machine's) must hold one client."""
+    if cpus is not None and not 0 < client_cpus <= cpus:
+        raise ConfigError(f"--cpus {cpus} must be >= --client-cpus {client_cpus}, or no client can run")
+
+
+def simulate(config: RunConfig, num_clients: int, client_cpus: float, client_gpus: float,
+             cpus: int | None = None) -> None:
+    """Run the app exactly as ``flwr run`` does in its simulation process, but in this process;
+    ``cpus`` caps the CPUs Ray hands out (so several runs can share a machine without
+    oversubscribing it: `server_app.experiments` with ``--jobs``)."""
     os.environ.setdefault("RAY_ENABLE_WINDOWS_OR_OSX_CLUSTER", "0")  # Ray binds 127.0.0.1 only
     from flwr.app import Context, RecordDict
     from flwr.common.constant import RUN_ID_NUM_BYTES, SUPERLINK_NODE_ID, TASK_ID_NUM_BYTES
@@ -125,7 +137,8 @@ def simulate(config: RunConfig, num_clients: int, client_cpus: float, client_gpu
         server_app_attr=SERVER_APP,
         client_app_attr=CLIENT_APP,
         backend_config={"client_resources": {"num_cpus": client_cpus, "num_gpus": client_gpus},
-                        "init_args": {"logging_level": "ERROR", "log_to_driver": True}},
+                        "init_args": {"logging_level": "ERROR", "log_to_driver": True,
+                                      **({} if cpus is None else {"num_cpus": cpus})}},
         app_dir=str(PROJECT_ROOT),
         run=run,
         server_app_context=context,
@@ -174,18 +187,23 @@ def sweep(args: argparse.Namespace, overrides: dict[str, object], argv: list[str
     specs = experiments.plan(strategies, seeds, optimizers, first.optimizer)
     experiments.validate(base, specs, experiment_dir, STRATEGIES)
     num_clients = client_count(first, args.num_clients)
+    if args.jobs < 1:
+        raise ConfigError(f"--jobs {args.jobs} must be >= 1")
+    cpus = args.cpus if args.cpus is not None or args.jobs == 1 else max(1, available_cores() // args.jobs)
+    check_cpus(cpus, args.client_cpus)
     check_here(first)
     experiments.write_experiment(experiment_dir, {
         "commands": [shlex.join(["python", "run_simulation.py", *argv])],
         "config-file": args.config, "strategies": strategies, "seeds": seeds,
         "optimizers": optimizers, "optimizer": first.optimizer, "num-clients": num_clients,
-        "client-cpus": args.client_cpus, "settings": {k: v for k, v in base.items()
-                                                      if k not in ("strategy", "seed", "run-name")},
+        "client-cpus": args.client_cpus, "jobs": args.jobs, "cpus": cpus,
+        "settings": {k: v for k, v in base.items() if k not in ("strategy", "seed", "run-name")},
     })
     print(f"Experiment {experiment_dir}: {len(specs)} runs; {describe(first.budgets, num_clients)}",
           flush=True)
     outcomes = experiments.run_sweep(base, specs, experiment_dir, num_clients, args.client_cpus,
-                                     args.client_gpus, echo=lambda line: print(line, flush=True))
+                                     args.client_gpus, echo=lambda line: print(line, flush=True),
+                                     jobs=args.jobs, cpus=cpus)
     written = report.write_report(experiment_dir)
     print(f"\nReport: {', '.join(str(p.relative_to(experiment_dir)) for p in written)}")
     print((experiment_dir / "table.md").read_text())
@@ -208,6 +226,11 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--client-cpus", type=float, default=2.0, help="CPUs per ClientApp")
     parser.add_argument("--client-gpus", type=float, default=0.0,
                         help="GPU share per ClientApp (0.25 lets four clients share one GPU)")
+    parser.add_argument("--cpus", type=int, default=None,
+                        help="CPUs Ray may use for a run (default: all; with --jobs J, cores // J)")
+    parser.add_argument("--jobs", type=int, default=1,
+                        help="sweep: runs at once, each on --cpus CPUs (2 on 2 cores: one client "
+                             "process per run, no core idle while a round's last client trains)")
     parser.add_argument("--strategies", help="sweep: comma-separated strategies, e.g. all,lntk,f3ocus")
     parser.add_argument("--seeds", help="sweep: comma-separated seeds, e.g. 0,1,2")
     parser.add_argument("--optimizers", help="sweep: also run F3OCUS with each optimiser, e.g. nsga2,sa")
@@ -222,13 +245,13 @@ def main(argv: list[str] | None = None) -> int:
     try:
         config = resolve(load_overrides(args.config, args.run_config))
         num_clients = client_count(config, args.num_clients)
-        preflight(config, num_clients, args.client_cpus, args.client_gpus)
+        preflight(config, num_clients, args.client_cpus, args.client_gpus, args.cpus)
     except (ConfigError, ValueError) as err:
         print(f"error: {err}", file=sys.stderr)
         return 2
     run_dir = run_dir_of(config)
     try:
-        simulate(config, num_clients, args.client_cpus, args.client_gpus)
+        simulate(config, num_clients, args.client_cpus, args.client_gpus, args.cpus)
     except (Exception, SystemExit) as err:  # noqa: BLE001 - report any failure as an exit code
         print(f"error: the run failed: {err}", file=sys.stderr)
         return 1

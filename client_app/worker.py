@@ -51,6 +51,7 @@ from flwr.app import Context, Message
 
 from client_app.node import check_state_dir
 from settings.errors import ConfigError
+from settings.local import available_cores
 
 APP_DIR = Path(__file__).resolve().parent.parent  # the installed app (FAB) this module came from
 APP = "client_app.app:app"  # the ClientApp a worker serves (module:attribute)
@@ -67,11 +68,6 @@ def num_threads(context: Context) -> int:
     if isinstance(value, bool) or not isinstance(value, int) or value < 0:
         raise ConfigError(f"node config num-threads = {value!r}: must be a positive int (0 = all cores)")
     return value or available_cores()
-
-
-def available_cores() -> int:
-    """The number of cores this process may run on (its CPU affinity where the OS has one)."""
-    return len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else os.cpu_count() or 1
 
 
 def worker_idle(context: Context) -> float:

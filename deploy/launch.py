@@ -44,8 +44,8 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from client_app.worker import available_cores
 from deploy.make_certs import Credentials, make_credentials
+from settings.local import available_cores
 
 PROJECT_ROOT = Path(__file__).resolve().parent.parent
 CONNECTION = "f3ocus-local"

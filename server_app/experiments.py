@@ -24,6 +24,7 @@ import subprocess
 import sys
 import time
 from collections.abc import Callable, Sequence
+from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -123,20 +124,23 @@ class Outcome:
 
 
 def run_sweep(base: dict[str, object], specs: Sequence[RunSpec], experiment_dir: Path, num_clients: int,
-              client_cpus: float, client_gpus: float, echo: Callable[[str], None] = print
-              ) -> list[Outcome]:
-    """Run every spec not yet complete, one subprocess each; a failed run does not stop the sweep."""
+              client_cpus: float, client_gpus: float, echo: Callable[[str], None] = print,
+              jobs: int = 1, cpus: int | None = None) -> list[Outcome]:
+    """Run every spec not yet complete, one subprocess each, `jobs` at a time (each on `cpus` CPUs,
+    ``run_simulation.py --cpus``); a failed run does not stop the sweep. Outcomes in spec order."""
     for sub in (RUNS, CONFIGS, LOGS):
         (experiment_dir / sub).mkdir(parents=True, exist_ok=True)
-    outcomes = []
-    for i, spec in enumerate(specs, 1):
+    resources = ["--num-clients", str(num_clients), "--client-cpus", str(client_cpus),
+                 "--client-gpus", str(client_gpus), *([] if cpus is None else ["--cpus", str(cpus)])]
+
+    def one(numbered: tuple[int, RunSpec]) -> Outcome:
+        i, spec = numbered
         values = run_values(base, spec, experiment_dir)
         run_dir = experiment_dir / RUNS / spec.name
         tag = f"[{i}/{len(specs)}] {spec.name}"
         if is_complete(run_dir, int(values["num-server-rounds"])):
             echo(f"{tag}: complete, skipped")
-            outcomes.append(Outcome(spec, "skipped", 0.0))
-            continue
+            return Outcome(spec, "skipped", 0.0)
         state = run_dir / "checkpoint" / "state.json"
         if state.exists() and json.loads(state.read_text())["round"] < int(values["num-server-rounds"]):
             values["resume-from"] = str(run_dir)
@@ -145,8 +149,7 @@ def run_sweep(base: dict[str, object], specs: Sequence[RunSpec], experiment_dir:
         config_file = experiment_dir / CONFIGS / f"{spec.name}.toml"
         config_file.write_text(_toml(values))
         command = [sys.executable, str(PROJECT_ROOT / "run_simulation.py"), "--config", str(config_file),
-                   "--num-clients", str(num_clients), "--client-cpus", str(client_cpus),
-                   "--client-gpus", str(client_gpus)]
+                   *resources]
         start = time.perf_counter()
         with open(experiment_dir / LOGS / f"{spec.name}.log", "a", encoding="utf-8") as log:
             code = subprocess.call(command, stdout=log, stderr=subprocess.STDOUT, cwd=PROJECT_ROOT)
@@ -155,8 +158,13 @@ def run_sweep(base: dict[str, object], specs: Sequence[RunSpec], experiment_dir:
         resumed = " (resumed)" if values["resume-from"] else ""
         echo(f"{tag}: {'done' if ok else f'FAILED (exit {code}), see logs/{spec.name}.log'}"
              f"{resumed} in {seconds:.0f} s")
-        outcomes.append(Outcome(spec, "done" if ok else "failed", seconds))
-    return outcomes
+        return Outcome(spec, "done" if ok else "failed", seconds)
+
+    numbered = list(enumerate(specs, 1))
+    if jobs == 1:
+        return [one(item) for item in numbered]
+    with ThreadPoolExecutor(max_workers=jobs) as pool:  # each thread waits on its run's process
+        return list(pool.map(one, numbered))
 
 
 def write_experiment(experiment_dir: Path, info: dict[str, object]) -> None:

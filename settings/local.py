@@ -7,6 +7,7 @@ runs them against its own files and hardware, and replies with an error naming t
 
 from __future__ import annotations
 
+import os
 from pathlib import Path
 
 from settings.config import RunConfig
@@ -17,6 +18,11 @@ from tasks.data.mixed import parse_mixed
 # "<name>:<dir>[?options]" data sets read from a local folder, and a file pattern the folder must hold
 FOLDER_DATASETS = {"medmnist-vqa": ("*.npz",),
                    "hf-disk": ("dataset_dict.json", "state.json")}  # save_to_disk: DatasetDict / Dataset
+
+
+def available_cores() -> int:
+    """The number of cores this process may run on (its CPU affinity where the OS has one)."""
+    return len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else os.cpu_count() or 1
 
 
 def check_data_here(dataset: str, where: str = "") -> None:

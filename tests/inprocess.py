@@ -80,7 +80,8 @@ class Simulator:
     def __init__(self) -> None:
         self.grids: list[InProcessGrid] = []
 
-    def __call__(self, config, num_clients: int, client_cpus: float, client_gpus: float) -> None:
+    def __call__(self, config, num_clients: int, client_cpus: float, client_gpus: float,
+                 cpus: int | None = None) -> None:
         from client_app.app import app as client_app
         from server_app.app import app as server_app
 
