@@ -1,0 +1,91 @@
+"""How long sweeps took, from their files only (issue 17 §3: the whole sweep within 3 h on 2 cores):
+
+    python -m server_app.sweep_time results/bench-yesno results/bench-yesno-k1 ...
+
+A run starts when its sweep writes ``configs/<run>.toml`` (just before it starts the run's process)
+and ends with the last line of ``logs/<run>.log`` (file mtimes; for a resumed run, its last
+attempt). An experiment's wall time is the span from its first start to its last end: with
+``--jobs 2`` two runs share that span, so it is less than the sum of their own times. Printed, one
+markdown row per experiment and one for all of them: complete runs, seconds per run (min, median,
+max), the runs' summed seconds and the wall time. "All" sums the experiments' wall times, i.e. the
+sweep commands run back to back, without any pause between them.
+"""
+
+from __future__ import annotations
+
+import sys
+from collections.abc import Sequence
+from dataclasses import dataclass
+from pathlib import Path
+
+import numpy as np
+
+from server_app.experiments import CONFIGS, LOGS
+from server_app.report import load_runs
+
+
+@dataclass(frozen=True)
+class Timing:
+    """Start and end (epoch seconds) of every complete run of one experiment."""
+
+    name: str
+    starts: np.ndarray
+    ends: np.ndarray
+
+    @property
+    def seconds(self) -> np.ndarray:
+        return self.ends - self.starts
+
+    @property
+    def wall(self) -> float:
+        return float(self.ends.max() - self.starts.min())
+
+
+def timing(experiment_dir: Path) -> Timing:
+    """The complete runs' start and end times; ValueError if one lacks its config or log file."""
+    runs, _ = load_runs(experiment_dir)
+    if not runs:
+        raise ValueError(f"experiment {str(experiment_dir)!r}: no complete runs")
+    starts, ends = [], []
+    for run in runs:
+        config = experiment_dir / CONFIGS / f"{run.name}.toml"
+        log = experiment_dir / LOGS / f"{run.name}.log"
+        for path in (config, log):
+            if not path.is_file():
+                raise ValueError(f"run {run.name!r} of {str(experiment_dir)!r}: no {path.name} to time it by")
+        starts.append(config.stat().st_mtime)
+        ends.append(log.stat().st_mtime)
+    return Timing(experiment_dir.name, np.array(starts), np.array(ends))
+
+
+def table(timings: Sequence[Timing]) -> str:
+    """Markdown: per experiment and for all, runs, s per run (min / median / max), summed s, wall."""
+    def row(name: str, seconds: np.ndarray, wall: float) -> str:
+        return (f"| {name} | {seconds.size} | {seconds.min():.0f} / {np.median(seconds):.0f} / "
+                f"{seconds.max():.0f} | {seconds.sum():.0f} | {wall:.0f} s ({wall / 3600:.2f} h) |")
+
+    lines = ["| experiment | runs | s per run (min / median / max) | summed s | wall |",
+             "|---|---|---|---|---|"]
+    lines += [row(t.name, t.seconds, t.wall) for t in timings]
+    if len(timings) > 1:
+        lines.append(row("**all**", np.concatenate([t.seconds for t in timings]),
+                         sum(t.wall for t in timings)))
+    return "\n".join(lines)
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    args = list(sys.argv[1:] if argv is None else argv)
+    if not args or any(a.startswith("-") for a in args):
+        print("usage: python -m server_app.sweep_time results/<experiment> [results/<experiment> ...]",
+              file=sys.stderr)
+        return 2
+    try:
+        print(table([timing(Path(a)) for a in args]))
+    except (OSError, ValueError) as err:
+        print(f"error: {err}", file=sys.stderr)
+        return 2
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

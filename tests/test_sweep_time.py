@@ -1,0 +1,54 @@
+"""`server_app.sweep_time`: run and sweep wall times from the files a sweep leaves (planted mtimes)."""
+
+from __future__ import annotations
+
+import json
+import os
+from pathlib import Path
+
+from server_app import sweep_time
+
+T0 = 1_800_000_000.0
+
+
+def planted_run(experiment: Path, name: str, start: float, end: float, *, log: bool = True) -> None:
+    """A complete run whose config was written at `start` and whose log last changed at `end`."""
+    run_dir = experiment / "runs" / name
+    run_dir.mkdir(parents=True)
+    (run_dir / "config.json").write_text(json.dumps({"num-server-rounds": 1, "strategy": "lntk", "seed": 0}))
+    (run_dir / "rounds.jsonl").write_text('{"round": 1, "evaluate": {"accuracy": 0.5}}\n')
+    (run_dir / "adapters.safetensors").write_bytes(b"")
+    for sub, stamp in (("configs", start), ("logs", end)):
+        if sub == "logs" and not log:
+            continue
+        path = experiment / sub / f"{name}.{'toml' if sub == 'configs' else 'log'}"
+        path.parent.mkdir(exist_ok=True)
+        path.write_text("x")
+        os.utime(path, (stamp, stamp))
+
+
+def test_two_runs_at_once_share_the_wall_time_and_all_adds_the_experiments(tmp_path, capsys):
+    first, second = tmp_path / "k2", tmp_path / "k4"
+    planted_run(first, "a-s0", T0, T0 + 100)  # with --jobs 2: a and b at once, then c
+    planted_run(first, "b-s0", T0, T0 + 110)
+    planted_run(first, "c-s0", T0 + 100, T0 + 190)
+    planted_run(second, "a-s0", T0 + 5000, T0 + 5050)
+    (first / "runs" / "d-s0").mkdir()  # an unfinished run is not timed
+    timing = sweep_time.timing(first)
+    assert sorted(timing.seconds) == [90, 100, 110] and timing.wall == 190
+    assert sweep_time.main([str(first), str(second)]) == 0
+    out = capsys.readouterr().out.splitlines()
+    assert out[2] == "| k2 | 3 | 90 / 100 / 110 | 300 | 190 s (0.05 h) |"
+    assert out[3] == "| k4 | 1 | 50 / 50 / 50 | 50 | 50 s (0.01 h) |"
+    # the pause between the experiments is not counted
+    assert out[4] == "| **all** | 4 | 50 / 95 / 110 | 350 | 240 s (0.07 h) |"
+
+
+def test_a_run_without_its_log_or_an_empty_experiment_is_a_one_line_error(tmp_path, capsys):
+    planted_run(tmp_path / "exp", "a-s0", T0, T0 + 10, log=False)
+    assert sweep_time.main([str(tmp_path / "exp")]) == 2
+    err = capsys.readouterr().err
+    assert "'a-s0'" in err and "a-s0.log" in err and len(err.strip().splitlines()) == 1
+    (tmp_path / "empty" / "runs").mkdir(parents=True)
+    assert sweep_time.main([str(tmp_path / "empty")]) == 2
+    assert "no complete runs" in capsys.readouterr().err
