@@ -160,11 +160,8 @@ def run_sweep(base: dict[str, object], specs: Sequence[RunSpec], experiment_dir:
              f"{resumed} in {seconds:.0f} s")
         return Outcome(spec, "done" if ok else "failed", seconds)
 
-    numbered = list(enumerate(specs, 1))
-    if jobs == 1:
-        return [one(item) for item in numbered]
     with ThreadPoolExecutor(max_workers=jobs) as pool:  # each thread waits on its run's process
-        return list(pool.map(one, numbered))
+        return list(pool.map(one, enumerate(specs, 1)))
 
 
 def write_experiment(experiment_dir: Path, info: dict[str, object]) -> None:
