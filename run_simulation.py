@@ -26,6 +26,7 @@ import time
 import tomllib
 from pathlib import Path
 
+from flower_compat import check_version
 from server_app.experiments import incomplete
 from settings import PROJECT_ROOT, ConfigError, RunConfig, check_here, default_config, describe, parse_budgets
 from settings.local import available_cores
@@ -36,7 +37,7 @@ CLIENT_APP = "client_app.app:app"
 
 def load_overrides(config_file: str | None, run_config: list[str]) -> dict[str, object]:
     """--config file values, then --run-config values (Flower's own "k=v" syntax)."""
-    from flwr.common.config import parse_config_args
+    from flower_compat import parse_config_args
 
     overrides: dict[str, object] = {}
     if config_file:
@@ -113,37 +114,12 @@ def simulate(config: RunConfig, num_clients: int, client_cpus: float, client_gpu
     ``cpus`` caps the CPUs Ray hands out (so several runs can share a machine without
     oversubscribing it: `server_app.experiments` with ``--jobs``)."""
     os.environ.setdefault("RAY_ENABLE_WINDOWS_OR_OSX_CLUSTER", "0")  # Ray binds 127.0.0.1 only
-    from flwr.app import Context, RecordDict
-    from flwr.common.constant import RUN_ID_NUM_BYTES, SUPERLINK_NODE_ID, TASK_ID_NUM_BYTES
-    from flwr.server.superlink.linkstate.utils import generate_rand_int_from_bytes
-    from flwr.simulation.run_simulation import _run_simulation
-    from flwr.supercore.constant import NOOP_FEDERATION_ID
-    from flwr.supercore.run import Run
-    from flwr.supercore.task_identity import TaskIdentity
-    from flwr.supercore.telemetry import EventType
+    from flower_compat import simulate as simulate_app
 
-    values = config.to_dict()
-    run = Run.create_empty(generate_rand_int_from_bytes(RUN_ID_NUM_BYTES))
-    run.override_config = values
-    run.primary_task_id = generate_rand_int_from_bytes(TASK_ID_NUM_BYTES)
-    run.federation_id = NOOP_FEDERATION_ID
-    TaskIdentity.run_id, TaskIdentity.task_id = run.run_id, run.primary_task_id
-    TaskIdentity.node_id = SUPERLINK_NODE_ID
-    context = Context(run_id=run.run_id, node_id=0, node_config={}, state=RecordDict(),
-                      run_config=values)
-    _run_simulation(
-        num_supernodes=num_clients,
-        exit_event=EventType.FLWR_SIMULATION_RUN_LEAVE,
-        server_app_attr=SERVER_APP,
-        client_app_attr=CLIENT_APP,
-        backend_config={"client_resources": {"num_cpus": client_cpus, "num_gpus": client_gpus},
-                        "init_args": {"logging_level": "ERROR", "log_to_driver": True,
-                                      **({} if cpus is None else {"num_cpus": cpus})}},
-        app_dir=str(PROJECT_ROOT),
-        run=run,
-        server_app_context=context,
-        is_app=True,
-    )
+    simulate_app(SERVER_APP, CLIENT_APP, PROJECT_ROOT, config.to_dict(), num_clients,
+                 {"client_resources": {"num_cpus": client_cpus, "num_gpus": client_gpus},
+                  "init_args": {"logging_level": "ERROR", "log_to_driver": True,
+                                **({} if cpus is None else {"num_cpus": cpus})}})
 
 
 def client_table(run_dir: Path) -> str:
@@ -236,14 +212,12 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--optimizers", help="sweep: also run F3OCUS with each optimiser, e.g. nsga2,sa")
     parser.add_argument("--experiment", help="sweep: results/<experiment> (default: the config file's name)")
     args = parser.parse_args(argv)
-    if any(v is not None for v in (args.strategies, args.seeds, args.optimizers)):
-        try:
-            return sweep(args, load_overrides(args.config, args.run_config), argv)
-        except (ConfigError, ValueError) as err:
-            print(f"error: {err}", file=sys.stderr)
-            return 2
     try:
-        config = resolve(load_overrides(args.config, args.run_config))
+        check_version()
+        overrides = load_overrides(args.config, args.run_config)
+        if any(v is not None for v in (args.strategies, args.seeds, args.optimizers)):
+            return sweep(args, overrides, argv)
+        config = resolve(overrides)
         num_clients = client_count(config, args.num_clients)
         preflight(config, num_clients, args.client_cpus, args.client_gpus, args.cpus)
     except (ConfigError, ValueError) as err:

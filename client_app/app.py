@@ -18,7 +18,7 @@ from client_app.replies import check_mask, error_replies
 from client_app.runtime import client_setup, load_global, reported_budget, resolve_budget
 from client_app.worker import site_mod
 from settings import ALL_LAYERS, HEADS_ONLY
-from strategies.records import from_record, to_record
+from strategies.records import RUNTIME, from_record, runtime_record, to_record
 
 # error_replies outermost: a setting the site cannot use is an error reply, wherever it ran;
 # site_mod: a deployed site's messages run in its warm worker (client_app.worker)
@@ -33,7 +33,8 @@ def _scoring_batch(samples: list, size: int, seed: int) -> list:
 
 @app.query("lntk")
 def lntk(msg: Message, context: Context) -> Message:
-    """Reply with the principal LNTK eigenvalue of every layer, the budget and example count."""
+    """Reply with the principal LNTK eigenvalue of every layer, the budget and example count, and
+    this ClientApp's Flower version."""
     setup = client_setup(context)
     config = msg.content["config"]
     server_round = int(config["server-round"])
@@ -56,7 +57,7 @@ def lntk(msg: Message, context: Context) -> Message:
         "partition-id": setup.partition_id,
         "seconds": time.perf_counter() - start,
     }
-    return Message(RecordDict({"scores": MetricRecord(metrics)}), reply_to=msg)
+    return Message(RecordDict({"scores": MetricRecord(metrics), RUNTIME: runtime_record()}), reply_to=msg)
 
 
 @app.train()

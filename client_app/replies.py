@@ -11,14 +11,15 @@ message. The server logs the reason once per node and goes on with the other nod
 from __future__ import annotations
 
 from collections.abc import Sequence
-from logging import WARNING
+from logging import WARNING, getLogger
 
 from flwr.app import Context, Error, Message
 from flwr.clientapp.typing import ClientAppCallable
-from flwr.common.constant import ErrorCode
-from flwr.supercore import log
 
+from flower_compat import client_app_error_code
 from settings import ConfigError
+
+log = getLogger("flwr").log  # Flower's logger: its handlers reach the console and `flwr run --stream`
 
 
 class Refused(ValueError):
@@ -38,7 +39,7 @@ def error_replies(msg: Message, context: Context, call_next: ClientAppCallable) 
             _logged.add((context.node_id, reason))
             log(WARNING, "node %d refuses %s messages: %s", context.node_id,
                 msg.metadata.message_type, reason)
-        return Message(Error(code=ErrorCode.CLIENT_APP_RAISED_EXCEPTION, reason=reason), reply_to=msg)
+        return Message(Error(code=client_app_error_code(), reason=reason), reply_to=msg)
 
 
 def check_mask(mask: object, num_layers: int, budget: int, *, heads_only: bool = False) -> list[int]:

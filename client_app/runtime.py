@@ -18,6 +18,7 @@ from flwr.app import ConfigRecord, Context
 import tasks
 from client_app.node import NodeSettings, node_settings
 from client_app.personal import load_personal
+from flower_compat import check_version
 from settings import ConfigError, RunConfig, check_fits
 from tasks.names import SIMA_VECTOR
 
@@ -65,7 +66,8 @@ def _model(name: str, num_outputs: int, task: str, adapter: str, rank: int, seed
 
 
 def client_setup(context: Context) -> ClientSetup:
-    """Check node and run config, then resolve this node's data, model and device."""
+    """Check this node's Flower, node and run config, then resolve its data, model and device."""
+    check_version(what="installed for this ClientApp")
     config = RunConfig.from_mapping(context.run_config)
     node = node_settings(context.node_config, config)
     try:

@@ -50,6 +50,7 @@ from pathlib import Path
 from flwr.app import Context, Message
 
 from client_app.node import check_state_dir
+from flower_compat import set_task_identity, task_identity
 from settings.errors import ConfigError
 from settings.local import available_cores
 
@@ -173,8 +174,6 @@ def _connect(address: str, key: bytes) -> Connection | None:
 
 def _forward(msg: Message, context: Context, state_dir: Path) -> Message:
     """Send the message to the site's worker (starting it if needed); rebuild its reply here."""
-    from flwr.supercore.task_identity import TaskIdentity
-
     threads = num_threads(context)
     address, key, lock = _endpoint(state_dir, threads)
     conn = _connect(address, key)
@@ -183,7 +182,7 @@ def _forward(msg: Message, context: Context, state_dir: Path) -> Message:
             fcntl.flock(fh, fcntl.LOCK_EX)
             conn = _connect(address, key) or _start_worker(address, key, state_dir, threads,
                                                            worker_idle(context))
-    identity = (TaskIdentity.run_id, TaskIdentity.task_id, TaskIdentity.node_id)
+    identity = task_identity()
     with conn:
         conn.send_bytes(pickle.dumps((msg, context, identity)))
         try:
@@ -263,15 +262,13 @@ def _alive(pid: int) -> bool:
 
 
 def _handle(conn: Connection, key: bytes, app: Callable[[Message, Context], Message]) -> None:
-    from flwr.supercore.task_identity import TaskIdentity
-
     try:  # the same HMAC challenge, in the same order, as multiprocessing's Listener.accept
         deliver_challenge(conn, key)
         answer_challenge(conn, key)
         msg, context, identity = pickle.loads(conn.recv_bytes())
     except Exception:  # noqa: BLE001 - a peer without the key, or one that went away
         return
-    TaskIdentity.run_id, TaskIdentity.task_id, TaskIdentity.node_id = identity
+    set_task_identity(identity)
     _LAST.clear()
     try:
         reply = app(msg, context)

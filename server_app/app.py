@@ -6,18 +6,20 @@ import os
 import time
 from dataclasses import dataclass, field
 from functools import partial, update_wrapper
-from logging import ERROR, INFO
+from logging import ERROR, INFO, getLogger
 from pathlib import Path
 
 from flwr.app import Context
 from flwr.serverapp import Grid, ServerApp
-from flwr.supercore import log
 
 import tasks
+from flower_compat import FlowerVersionError, check_version
 from server_app.results import Recorder, load_checkpoint
 from settings import ConfigError, RunConfig, check_budgets, check_model_here
 from strategies import AGGREGATIONS, SELECTIONS, Aggregator, LayerSelectionStrategy, make_rule
 from strategies.records import State, to_record
+
+log = getLogger("flwr").log  # Flower's logger: its handlers reach the console and `flwr run --stream`
 
 app = ServerApp()
 STRATEGIES = tuple(SELECTIONS)
@@ -126,15 +128,18 @@ def build_strategy(config: RunConfig, num_layers: int, recorder: Recorder) -> La
 
 @app.main()
 def main(grid: Grid, context: Context) -> None:
-    """Validate everything before round 1, then run (or resume) the federation."""
+    """Validate everything before round 1 (the Flower version first), then run (or resume) the
+    federation."""
     try:
+        check_version(what="installed for the ServerApp")
         config = RunConfig.from_mapping(context.run_config, strategies=STRATEGIES)
         plan = plan_run(config)
     except ConfigError as err:
-        log(ERROR, "Invalid run configuration: %s", err)
+        reason = str(err) if isinstance(err, FlowerVersionError) else f"Invalid run configuration: {err}"
+        log(ERROR, "%s", reason)
         # Not SystemExit: Flower's ServerApp runner catches Exception only, and a SystemExit skips
         # its exit handler, so on the Deployment Engine the log would never reach `flwr run --stream`.
-        raise ConfigError(f"Invalid run configuration: {err}") from None
+        raise ConfigError(reason) from None
 
     run_dir = plan.run_dir
     recorder = Recorder(run_dir, config.num_server_rounds, plan.layer_names,

@@ -18,13 +18,22 @@ import json
 from collections.abc import Iterable, Mapping
 
 import numpy as np
-from flwr.app import Array, ArrayRecord
+from flwr.app import Array, ArrayRecord, ConfigRecord
 from safetensors.numpy import load, save
+
+from flower_compat import flower_version
 
 State = dict[str, np.ndarray]
 PACKED = "adapters"  # the one Array of a packed record
 STYPE = "safetensors"  # its serialisation type (Flower's ``Array.stype``)
 _ORDER = "order"  # safetensors metadata: the state's keys in their order (the buffer sorts them)
+RUNTIME = "runtime"  # ConfigRecord of a query.lntk reply: the ClientApp's "flwr-version"
+
+
+def runtime_record() -> ConfigRecord:
+    """A ClientApp's word on its runtime, sent with its layer scores: its Flower version, which the
+    server holds to its own release (`strategies.validation.check_release`)."""
+    return ConfigRecord({"flwr-version": flower_version()})
 
 
 def layer_index(key: str) -> int:

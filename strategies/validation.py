@@ -19,8 +19,9 @@ from dataclasses import dataclass
 import numpy as np
 from flwr.app import ArrayRecord, Message, MetricRecord
 
+from flower_compat import flower_version, release_mismatch
 from strategies.aggregation import ClientUpdate
-from strategies.records import State, from_record, layer_index
+from strategies.records import RUNTIME, State, from_record, layer_index
 
 SCORES_KEY = "scores"
 ARRAYS_KEY = "arrays"
@@ -127,9 +128,23 @@ def _finite_metrics(metrics: MetricRecord) -> None:
             raise Rejected(f"metric {key!r} is NaN or inf")
 
 
+def check_release(content: Mapping) -> None:
+    """The ClientApp's Flower (``runtime`` record) must be the ServerApp's major.minor release."""
+    record = content.get(RUNTIME) if RUNTIME in content.config_records else None
+    peer = record.get("flwr-version") if record is not None else None
+    if not isinstance(peer, str):
+        raise Rejected(f"reply names no Flower version (ConfigRecord '{RUNTIME}', 'flwr-version')")
+    problem = release_mismatch(flower_version(), peer, "the ServerApp", "this ClientApp")
+    if problem:
+        raise Rejected(problem)
+
+
 def check_scores(msg: Message, num_layers: int) -> LayerReport:
-    """Validate a ``query.lntk`` reply: L finite non-negative eigenvalues, 1 <= budget <= L."""
-    metrics = _metrics(_content(msg), SCORES_KEY)
+    """Validate a ``query.lntk`` reply: the same Flower release as the server (`check_release`),
+    L finite non-negative eigenvalues, 1 <= budget <= L."""
+    content = _content(msg)
+    check_release(content)
+    metrics = _metrics(content, SCORES_KEY)
     raw = metrics.get("eigenvalues")
     if not isinstance(raw, list):
         raise Rejected("'eigenvalues' missing or not a list")

@@ -13,13 +13,13 @@ from collections.abc import Callable
 
 import numpy as np
 import pytest
-from flwr.app import Array, ArrayRecord, Context, Error, Message, MetricRecord, RecordDict
+from flwr.app import Array, ArrayRecord, ConfigRecord, Context, Error, Message, MetricRecord, RecordDict
 from flwr.clientapp import ClientApp
 from flwr.common.constant import SUPERLINK_NODE_ID, ErrorCode
 
 from strategies import LayerSelectionStrategy, RoundLog, make_rule
 from strategies.layer_selection import QUERY_LNTK, weighted_means
-from strategies.records import PACKED, State, from_record, layer_index, to_record
+from strategies.records import PACKED, RUNTIME, State, from_record, layer_index, runtime_record, to_record
 from tests.inprocess import InProcessGrid
 
 L = 6
@@ -48,7 +48,7 @@ def honest_app() -> ClientApp:
         pid = int(ctx.node_config["partition-id"])
         metrics = {"eigenvalues": np.random.default_rng(pid).random(L).tolist(), "budget": BUDGETS[pid],
                    "num-examples": EXAMPLES[pid], "partition-id": pid, "seconds": 0.1}
-        return Message(RecordDict({"scores": MetricRecord(metrics)}), reply_to=msg)
+        return Message(RecordDict({"scores": MetricRecord(metrics), RUNTIME: runtime_record()}), reply_to=msg)
 
     @app.train()
     def train(msg: Message, ctx: Context) -> Message:
@@ -75,22 +75,16 @@ class FleetGrid(InProcessGrid):
         super().__init__(honest_app(), [{"partition-id": p} for p in range(3)], run_config={})
         self.tamper = tamper
 
-    def send_and_receive(self, messages, *, timeout=None):
-        replies = []
-        for msg in messages:
-            msg.metadata.__dict__["_message_id"] = msg.object_id  # as HttpGrid.push_messages
-            node = msg.metadata.dst_node_id
-            reply = self.app(msg, self.contexts[node])
-            tamper = self.tamper.get((node, msg.metadata.message_type))
-            if tamper is None:
-                replies.append(reply)
-                continue
-            try:
-                replies.extend(tamper(reply, msg))
-            except Exception as err:  # noqa: BLE001 - Flower turns a ClientApp exception into an error reply
-                replies.append(Message(Error(code=ErrorCode.CLIENT_APP_RAISED_EXCEPTION,
-                                             reason=f"{type(err).__name__}: {err}"), reply_to=msg))
-        return replies
+    def answer(self, msg: Message) -> list[Message]:
+        replies = super().answer(msg)
+        tamper = self.tamper.get((msg.metadata.dst_node_id, msg.metadata.message_type))
+        if tamper is None:
+            return replies
+        try:
+            return tamper(replies[0], msg)
+        except Exception as err:  # noqa: BLE001 - Flower turns a ClientApp exception into an error reply
+            return [Message(Error(code=ErrorCode.CLIENT_APP_RAISED_EXCEPTION,
+                                  reason=f"{type(err).__name__}: {err}"), reply_to=msg)]
 
 
 # ---------------------------------------------------------------------- building bad replies
@@ -99,7 +93,18 @@ def record(name: str, **changes) -> Tamper:
     def tamper(reply: Message, msg: Message) -> list[Message]:
         metrics = {**dict(reply.content[name]), **changes}
         metrics = {k: v for k, v in metrics.items() if v is not None}
-        return [Message(RecordDict({name: MetricRecord(metrics)}), reply_to=msg)]
+        return [Message(RecordDict({**dict(reply.content.items()), name: MetricRecord(metrics)}),
+                        reply_to=msg)]
+    return tamper
+
+
+def flower_release(version: str | None) -> Tamper:
+    """The honest scores with the ClientApp's Flower version replaced (``None``: not sent)."""
+    def tamper(reply: Message, msg: Message) -> list[Message]:
+        content = {k: v for k, v in reply.content.items() if k != RUNTIME}
+        if version is not None:
+            content[RUNTIME] = ConfigRecord({"flwr-version": version})
+        return [Message(RecordDict(content), reply_to=msg)]
     return tamper
 
 
@@ -198,7 +203,11 @@ SCORES_CASES = {
     "examples-negative": (scores(**{"num-examples": -5}), "'num-examples' = -5"),
     "partition-id-not-int": (scores(**{"partition-id": 1.5}), "'partition-id' must be an int"),
     "nan-metric": (scores(seconds=float("nan")), "'seconds' is NaN"),
-    "no-scores-record": (content({"metrics": MetricRecord({"budget": 2})}), "no MetricRecord 'scores'"),
+    "other-flower-release": (flower_release("1.30.2"), "this ClientApp runs Flower 1.30.2, the ServerApp "
+                             "runs Flower"),
+    "no-flower-version": (flower_release(None), "names no Flower version"),
+    "no-scores-record": (content({"metrics": MetricRecord({"budget": 2}), RUNTIME: runtime_record()}),
+                         "no MetricRecord 'scores'"),
     "empty-reply": (content({}), "empty reply"),
     "client-exception": (raises, "CUDA out of memory"),
     "node-lost": (lost_node, "Node Unavailable"),
@@ -253,7 +262,7 @@ def run_round(tamper: dict[tuple[int, str], Tamper]) -> tuple[LayerSelectionStra
     logs: list[RoundLog] = []
     strategy = LayerSelectionStrategy(make_rule("lntk", "nsga2", {}), L, seed=0,
                                       on_round_end=lambda log, state, personal: logs.append(log))
-    strategy.start(grid, to_record(initial_state()), num_rounds=1, timeout=5)
+    strategy.start(grid, to_record(initial_state()), num_rounds=1, timeout=1)
     return strategy, logs[0]
 
 
@@ -345,7 +354,7 @@ def run_rounds(tamper: dict[tuple[int, str], Tamper], rounds: int, min_nodes: in
     logs: list[RoundLog] = []
     strategy = LayerSelectionStrategy(make_rule("lntk", "nsga2", {}), L, seed=0, min_nodes=min_nodes,
                                       on_round_end=lambda log, state, personal: logs.append(log))
-    strategy.start(FleetGrid(tamper), to_record(initial_state()), num_rounds=rounds, timeout=5)
+    strategy.start(FleetGrid(tamper), to_record(initial_state()), num_rounds=rounds, timeout=1)
     return strategy, logs
 
 

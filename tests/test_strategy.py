@@ -9,7 +9,7 @@ from flwr.clientapp import ClientApp
 
 from metaheuristics import optimize
 from strategies import Aggregate, LayerSelectionStrategy, RoundLog, make_rule
-from strategies.records import from_record, layer_index, record_bytes, to_record
+from strategies.records import RUNTIME, from_record, layer_index, record_bytes, runtime_record, to_record
 from tests.inprocess import InProcessGrid
 
 L = 6
@@ -41,7 +41,7 @@ def scripted_app(overrides: dict | None = None) -> tuple[ClientApp, dict[int, li
         metrics = {"eigenvalues": eig, "budget": BUDGETS[pid], "num-examples": EXAMPLES[pid],
                    "partition-id": pid}
         metrics.update(overrides.get(pid, {}).get("scores", {}))
-        return Message(RecordDict({"scores": MetricRecord(metrics)}), reply_to=msg)
+        return Message(RecordDict({"scores": MetricRecord(metrics), RUNTIME: runtime_record()}), reply_to=msg)
 
     @app.train()
     def train(msg: Message, ctx: Context) -> Message:

@@ -18,15 +18,16 @@ updates (for checkpoints and clients that took no part); ``personal`` holds ever
 from __future__ import annotations
 
 from collections.abc import Sequence
-from logging import WARNING
+from logging import WARNING, getLogger
 
 import numpy as np
-from flwr.supercore import log
 
 from strategies.aggregation.masked_fedavg import masked_fedavg
 from strategies.aggregation.types import Aggregate, ClientUpdate
 from strategies.records import State
 from tasks.names import SIMA_VECTOR
+
+log = getLogger("flwr").log  # Flower's logger: its handlers reach the console and `flwr run --stream`
 
 TAU = 0.5  # paper appendix "Implementation Details": τ = 0.5 in all experiments
 
