@@ -20,10 +20,9 @@ so its SuperExec and App processes go with it) on exit, error, Ctrl-C or SIGTERM
 ``flwr`` talks to the SuperLink through a Flower configuration file in the work directory
 (``FLWR_HOME``), so the user's ``~/.flwr/config.toml`` is left alone.
 
-Registering, listing nodes and reading a run's status go through `Control` rather than the ``flwr``
-CLI: every CLI call is a process that imports Flower (2.3 s of CPU, ``/usr/bin/time flwr --version``),
-and waiting for nodes or a run polls it. ``flwr run`` (app bundle, log stream) and ``flwr stop``
-stay CLI calls.
+Registering, listing nodes and reading a run's status are ``flwr`` CLI calls with ``--format json``,
+Flower's public interface to the Control API; the Flower versions it was checked on and the
+supported range are `flower_compat`'s, checked before anything starts.
 """
 
 from __future__ import annotations
@@ -45,6 +44,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from deploy.make_certs import Credentials, make_credentials
+from flower_compat import FlowerVersionError, check_version, release_mismatch, supported
 from settings.local import available_cores
 
 PROJECT_ROOT = Path(__file__).resolve().parent.parent
@@ -52,6 +52,8 @@ CONNECTION = "f3ocus-local"
 HOST = "127.0.0.1"
 RUN_STARTED = re.compile(r"Successfully started run (\d+)")
 COMPLETED = "finished:completed"
+COMPONENTS = ("flower-superlink", "flower-supernode", "flwr")  # the executables a federation runs
+FLOWER_VERSION = re.compile(r"Flower version:\s*(\S+)")
 # offline operation: no `uv sync` of the app's dependencies, no update check, no telemetry
 QUIET_ENV = {"FLWR_DISABLE_RUNTIME_DEPENDENCY_INSTALLATION": "1", "FLWR_DISABLE_UPDATE_CHECK": "1",
              "FLWR_TELEMETRY_ENABLED": "0"}
@@ -61,50 +63,29 @@ class LaunchError(RuntimeError):
     """A step of the launch failed; the message names the step and where its log is."""
 
 
-class Control:
-    """The SuperLink's Control API over TLS, with Flower's own client (what the ``flwr`` CLI uses).
-
-    Flower 1.41 internals (``flwr.supercore.control``, ``flwr.proto.control_pb2``): the deployment
-    tests exercise every call, so a Flower release that moves them fails CI, not a user's launch.
-    """
-
-    def __init__(self, address: str, ca_cert: Path) -> None:
-        from flwr.supercore.control.control_http_client import ControlHttpClient
-        from flwr.supercore.interceptors.http.runtime_version import RuntimeVersionHttpInterceptor
-
-        self.client = ControlHttpClient.from_server_address(
-            address, False, ca_cert.read_bytes(),
-            [RuntimeVersionHttpInterceptor(component_name="flwr CLI")])
-
-    def register(self, public_key: Path) -> int:
-        """``flwr supernode register``: the node id the SuperLink gives this OpenSSH EC key.
-
-        Not the CLI's ``try_load_public_key``: on a bad key it ends the process (``flwr_exit``),
-        where the launcher must stop what it started and say which step failed."""
-        from cryptography.hazmat.primitives.serialization import load_ssh_public_key
-        from flwr.proto.control_pb2 import RegisterNodeRequest
-        from flwr.supercore.primitives.asymmetric import public_key_to_bytes
-
-        key = public_key_to_bytes(load_ssh_public_key(public_key.read_bytes()))
-        return int(self.client.RegisterNode(RegisterNodeRequest(public_key=key)).node_id)
-
-    def online_nodes(self) -> set[int]:
-        """``flwr supernode list``: ids of the nodes the SuperLink sees online."""
-        from flwr.proto.control_pb2 import ListNodesRequest
-
-        nodes = self.client.ListNodes(ListNodesRequest()).nodes_info
-        return {int(n.node_id) for n in nodes if n.status == "online"}
-
-    def run_status(self, run_id: int) -> str:
-        """``flwr list --run-id``: the run's status as the CLI prints it (``finished:completed``)."""
-        from flwr.proto.control_pb2 import ListRunsRequest
-
-        run = self.client.ListRuns(ListRunsRequest(run_id=run_id)).run_dict[run_id]
-        status = run.status
-        return f"{status.status}:{status.sub_status}" if status.sub_status else status.status
-
-    def close(self) -> None:
-        self.client.close()
+def check_components(executables: Sequence[str] = COMPONENTS) -> str:
+    """The launcher's Flower, once it is in the supported range and every executable it starts
+    (found on PATH, so possibly another environment's) is the same major.minor release; else
+    `FlowerVersionError` naming both versions. The ``--version`` calls run side by side."""
+    local = check_version(what="installed for the launcher")
+    calls = {}
+    for exe in executables:
+        try:
+            calls[exe] = subprocess.Popen([exe, "--version"], stdout=subprocess.PIPE,
+                                          stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL,
+                                          text=True, env={**os.environ, **QUIET_ENV})
+        except FileNotFoundError:
+            raise FlowerVersionError(f"{exe} is not on PATH: pip install 'flwr[simulation]{supported()}' "
+                                     "in this environment") from None
+    for exe, call in calls.items():
+        printed = call.communicate(timeout=120)[0]
+        found = FLOWER_VERSION.search(printed)
+        if found is None:
+            raise FlowerVersionError(f"{exe} --version printed no Flower version: {printed.strip()[-200:]!r}")
+        problem = release_mismatch(local, found.group(1), "the launcher", exe)
+        if problem:
+            raise FlowerVersionError(problem)
+    return local
 
 
 @dataclass(frozen=True)
@@ -198,7 +179,6 @@ class Federation:
         self.logs = self.workdir / "logs"
         self.logs.mkdir(parents=True, exist_ok=True)
         self.creds: Credentials | None = None
-        self._control: Control | None = None
         self._next_runtime_port = self.port + 1
 
     # ------------------------------------------------------------------ plumbing
@@ -236,12 +216,19 @@ class Federation:
     def cli_home(self) -> Path:
         return self.workdir / "flwr-cli"
 
-    @property
-    def control(self) -> Control:
-        """The Control API client (made on first use, once the SuperLink is up)."""
-        if self._control is None:
-            self._control = Control(f"{HOST}:{self.port}", self.credentials().ca_cert)
-        return self._control
+    def flwr_json(self, *args: str, timeout: float = 120) -> dict:
+        """A ``flwr`` CLI call with ``--format json`` against this federation; its JSON answer, or
+        RuntimeError naming the call and what it printed."""
+        done = self.flwr(*args, CONNECTION, "--format", "json", timeout=timeout)
+        try:
+            answer = json.loads(done.stdout)
+        except json.JSONDecodeError:
+            answer = {}
+        if done.returncode != 0 or not answer.get("success"):
+            said = (answer.get("error-message") or done.stderr or done.stdout).strip().splitlines()
+            raise RuntimeError(f"flwr {' '.join(args)} failed (exit {done.returncode}): "
+                               f"{said[-1] if said else 'no output'}")
+        return answer
 
     # ------------------------------------------------------------------ SuperLink
     def start_superlink(self, timeout: float = 120) -> None:
@@ -276,17 +263,18 @@ class Federation:
         """Register ``keys/<name>.pub`` (``flwr supernode register``); returns the node id it is given."""
         public = self.credentials().node_keys[name][1]
         try:
-            self.node_ids[name] = self.control.register(public)
-        except Exception as err:  # noqa: BLE001 - any failure of the call is this step's failure
-            raise LaunchError(f"registering {name} ({public}) failed: {type(err).__name__}: {err}") from err
+            self.node_ids[name] = int(self.flwr_json("supernode", "register", str(public))["node-id"])
+        except (RuntimeError, KeyError, ValueError, subprocess.TimeoutExpired) as err:
+            raise LaunchError(f"registering {name} ({public}) failed: {err}") from err
         return self.node_ids[name]
 
     def online_nodes(self) -> set[int]:
         """Ids of the nodes the SuperLink sees online (none while it cannot be asked)."""
         try:
-            return self.control.online_nodes()
-        except Exception:  # noqa: BLE001 - an unreachable SuperLink has no node online
+            nodes = self.flwr_json("supernode", "list")["nodes"]
+        except (RuntimeError, KeyError, subprocess.TimeoutExpired):  # unreachable: none online
             return set()
+        return {int(n["node-id"]) for n in nodes if n.get("status") == "online"}
 
     def wait_online(self, names: Sequence[str], timeout: float = 180) -> None:
         wanted = {self.node_ids[n] for n in names}
@@ -323,7 +311,9 @@ class Federation:
         return self.spawn(node.name, command, site / "home")
 
     def start(self, timeout: float = 180) -> None:
-        """SuperLink, registration of every node, every SuperNode, and wait until all are online."""
+        """Flower's executables checked (`check_components`), then SuperLink, registration of every
+        node, every SuperNode, and wait until all are online."""
+        check_components()
         self.start_superlink(timeout)
         for node in self.nodes:
             self.register(node.name)
@@ -382,8 +372,8 @@ class Federation:
 
         def final() -> bool:
             nonlocal status
-            with contextlib.suppress(Exception):  # not listed yet or SuperLink busy: ask again
-                status = self.control.run_status(run_id)
+            with contextlib.suppress(RuntimeError, KeyError, IndexError, subprocess.TimeoutExpired):
+                status = self.flwr_json("list", "--run-id", str(run_id))["runs"][0]["status"]
             return status.startswith("finished")
 
         with contextlib.suppress(LaunchError):
@@ -433,9 +423,6 @@ class Federation:
 
     def stop_all(self) -> None:
         """Stop everything this federation started, newest first, then any process left of it."""
-        if self._control is not None:
-            self._control.close()
-            self._control = None
         for name in reversed(list(self.processes)):
             self.stop(name)
         for pid in self.strays():
@@ -452,7 +439,7 @@ class Federation:
 # ---------------------------------------------------------------------- command line
 def parse_nodes(args: argparse.Namespace, workdir: Path) -> list[Node]:
     """Nodes from repeated ``--node-config`` strings, or ``site-i`` nodes from ``--budgets``."""
-    from flwr.common.config import parse_config_args
+    from flower_compat import parse_config_args
 
     if args.node_config:
         nodes = []
@@ -527,6 +514,9 @@ def main(argv: list[str] | None = None) -> int:
                       f"--node-config '{node_config_arg(node.config)}'", flush=True)
             result = federation.run(with_node_budgets(args.run_config, nodes), timeout=args.timeout,
                                     echo=True)
+        except FlowerVersionError as err:
+            print(f"error: {err}", file=sys.stderr)
+            return 2
         except LaunchError as err:
             print(f"launch failed: {err}", file=sys.stderr)
             return 1
