@@ -21,7 +21,8 @@ Handler = Callable[[Message, Context], Message]
 
 
 class InProcessGrid(Grid):
-    """Grid over in-memory nodes; ``drop`` lists node ids whose replies never arrive."""
+    """Grid over in-memory nodes: every pushed message gets its id (as ``HttpGrid`` gives it) and
+    is answered at once; its replies wait in ``inbox`` until pulled."""
 
     def __init__(self, app: Handler, node_configs: list[dict], run_config: dict) -> None:
         self.app = app
@@ -32,8 +33,8 @@ class InProcessGrid(Grid):
                              run_config=dict(run_config))
             for i, cfg in enumerate(node_configs)
         }
-        self.drop: set[int] = set()
         self.sent: list[Message] = []
+        self.inbox: dict[str, list[Message]] = {}
         self._run = Run.create_empty(1)
 
     def set_run(self, run: Run) -> None:
@@ -51,26 +52,28 @@ class InProcessGrid(Grid):
     def get_node_ids(self) -> Iterable[int]:
         return list(self.contexts)
 
+    def answer(self, msg: Message) -> list[Message]:
+        """The node's replies to ``msg``: its ClientApp's, or an error reply if that raises."""
+        try:
+            return [self.app(msg, self.contexts[msg.metadata.dst_node_id])]
+        except Exception as err:  # noqa: BLE001 - mirrors Flower turning exceptions into errors
+            return [Message(Error(code=1, reason=f"{type(err).__name__}: {err}"), reply_to=msg)]
+
     def push_messages(self, messages: Iterable[Message]) -> Iterable[str]:
-        raise NotImplementedError("use send_and_receive")
+        ids = []
+        for msg in messages:
+            msg.metadata.__dict__["_message_id"] = msg.object_id  # as HttpGrid.push_messages
+            self.sent.append(msg)
+            self.inbox[msg.metadata.message_id] = self.answer(msg)
+            ids.append(msg.metadata.message_id)
+        return ids
 
     def pull_messages(self, message_ids: Iterable[str]) -> Iterable[Message]:
-        raise NotImplementedError("use send_and_receive")
+        return [reply for i in list(message_ids) for reply in self.inbox.pop(i, [])]
 
     def send_and_receive(self, messages: Iterable[Message], *, timeout: float | None = None
                          ) -> Iterable[Message]:
-        replies = []
-        for msg in messages:
-            self.sent.append(msg)
-            node = msg.metadata.dst_node_id
-            if node in self.drop:
-                continue
-            try:
-                replies.append(self.app(msg, self.contexts[node]))
-            except Exception as err:  # noqa: BLE001 - mirrors Flower turning exceptions into errors
-                replies.append(Message(Error(code=1, reason=f"{type(err).__name__}: {err}"),
-                                       reply_to=msg))
-        return replies
+        return self.pull_messages(self.push_messages(messages))
 
 
 class Simulator:
