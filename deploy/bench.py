@@ -1,7 +1,7 @@
 """Seconds per round of one job on the Deployment Engine and on the Simulation Engine, side by side.
 
     python -m deploy.bench [--budgets 2,4,6] [--dataset easy-vqa] [--rounds 2] [--run-config "..."]
-                           [--worker-idle S] [--json]
+                           [--worker-idle S] [--repeat N] [--json]
 
 Runs the same job twice on this machine, one after the other in the same invocation (so both see
 the same machine load; the ratio is the figure to compare between invocations):
@@ -14,7 +14,9 @@ Per-message overhead is read from the sites' ``timings.jsonl`` (`client_app.work
 the ClientApp process's start to its reply, less the handler's own work; ``overhead_s`` is the
 median over all messages of the run. ``cat /proc/loadavg`` is printed before and after each engine.
 With ``--json`` the last line is one JSON object with ``deployed_s_per_round``,
-``simulated_s_per_round``, ``ratio`` (deployed / simulated), ``overhead_s`` and the details.
+``simulated_s_per_round``, ``ratio`` (deployed / simulated), ``overhead_s`` and the details;
+``--repeat N`` runs N such pairs in turn (each in its own work directory) and adds the median and
+max of the ratio and of the per-message overhead (``runs`` holds each pair's object).
 """
 
 from __future__ import annotations
@@ -148,39 +150,63 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--app-dir", type=Path, default=PROJECT_ROOT,
                         help="checkout whose app both engines run (default: this one; an older "
                              "checkout gives the 'before' figures, without per-message timings)")
+    parser.add_argument("--repeat", type=int, default=1,
+                        help="pairs of runs, one after the other; prints each and the median and max")
     parser.add_argument("--json", action="store_true", help="end with one JSON line of the figures")
     args = parser.parse_args(argv)
     if args.rounds < 1:
         parser.error(f"--rounds {args.rounds}: must be >= 1")
+    if args.repeat < 1:
+        parser.error(f"--repeat {args.repeat}: must be >= 1")
     args.app_dir = args.app_dir.expanduser().resolve()
-    stamp = time.strftime("%Y%m%d-%H%M%S")
-    workdir = (args.workdir / stamp).expanduser().resolve()
-    workdir.mkdir(parents=True, exist_ok=True)
     os.environ.setdefault("FLWR_DISABLE_RUNTIME_DEPENDENCY_INSTALLATION", "1")
-    base = (f"num-server-rounds={args.rounds} budgets='{args.budgets}' dataset='{args.dataset}' "
-            f"results-dir='{workdir / 'results'}' {args.run_config}").strip()
-    engines = {}
+    runs = []
     try:
-        for name, run in (("deployed", run_deployed), ("simulated", run_simulated)):
-            before = loadavg()
-            print(f"{name}: starting (loadavg {before})", flush=True)
-            engines[name] = run(args, workdir, f"{base} run-name='{name}'")
-            engines[name]["rounds"] = seconds_per_round(workdir / "results" / name)
-            engines[name]["loadavg"] = [before, loadavg()]
-            print(f"{name}: {statistics.fmean(engines[name]['rounds']):.1f} s per round "
-                  f"{[round(s, 1) for s in engines[name]['rounds']]} (loadavg {loadavg()})", flush=True)
+        for repeat in range(args.repeat):
+            runs.append(bench_once(args, repeat))
     except (LaunchError, subprocess.TimeoutExpired, OSError) as err:
         print(f"bench failed: {err}", file=sys.stderr)
         return 1
+    result = runs[0] if len(runs) == 1 else {"runs": runs, **spread(runs)}
+    if len(runs) > 1:
+        print(f"{len(runs)} runs: ratio median {result['ratio_median']:.2f}, max {result['ratio_max']:.2f}; "
+              f"overhead median {result['overhead_median_s']:.2f} s, max {result['overhead_max_s']:.2f} s",
+              flush=True)
+    if args.json:
+        print(json.dumps(result))
+    return 0
+
+
+def bench_once(args: argparse.Namespace, repeat: int) -> dict:
+    """One invocation's pair of runs (deployed, then simulated) in a fresh work directory."""
+    workdir = (args.workdir / f"{time.strftime('%Y%m%d-%H%M%S')}-{repeat}").expanduser().resolve()
+    workdir.mkdir(parents=True, exist_ok=True)
+    base = (f"num-server-rounds={args.rounds} budgets='{args.budgets}' dataset='{args.dataset}' "
+            f"results-dir='{workdir / 'results'}' {args.run_config}").strip()
+    engines = {}
+    for name, run in (("deployed", run_deployed), ("simulated", run_simulated)):
+        before = loadavg()
+        print(f"[{repeat + 1}/{args.repeat}] {name}: starting (loadavg {before})", flush=True)
+        engines[name] = run(args, workdir, f"{base} run-name='{name}'")
+        engines[name]["rounds"] = seconds_per_round(workdir / "results" / name)
+        engines[name]["loadavg"] = [before, loadavg()]
+        print(f"[{repeat + 1}/{args.repeat}] {name}: {statistics.fmean(engines[name]['rounds']):.1f} s per "
+              f"round {[round(s, 1) for s in engines[name]['rounds']]} (loadavg {loadavg()})", flush=True)
     figures = summary(engines["deployed"], engines["simulated"])
     overhead = "n/a" if figures["overhead_s"] is None else f"{figures['overhead_s']:.2f} s"
-    print(f"deployed {figures['deployed_s_per_round']:.1f} s/round, simulated "
+    print(f"[{repeat + 1}/{args.repeat}] deployed {figures['deployed_s_per_round']:.1f} s/round, simulated "
           f"{figures['simulated_s_per_round']:.1f} s/round, ratio {figures['ratio']:.2f}; "
           f"per-message overhead median {overhead} over {figures['messages']} messages "
           f"(loadavg {loadavg()})", flush=True)
-    if args.json:
-        print(json.dumps(figures))
-    return 0
+    return figures
+
+
+def spread(runs: list[dict]) -> dict:
+    """Median and max over repeated runs of the ratio and of the median per-message overhead."""
+    ratios = [r["ratio"] for r in runs]
+    overheads = [r["overhead_s"] for r in runs if r["overhead_s"] is not None] or [float("nan")]
+    return {"ratio_median": statistics.median(ratios), "ratio_max": max(ratios),
+            "overhead_median_s": statistics.median(overheads), "overhead_max_s": max(overheads)}
 
 
 if __name__ == "__main__":
