@@ -12,7 +12,8 @@ the key and exit status 2. One run shows a progress bar over rounds,
 prints a per-client table at the end and exits non-zero if the run failed. With --strategies,
 --seeds or --optimizers it runs the comparison sweep of `server_app.experiments` into
 ``<results-dir>/<experiment>/`` (every run validated first, finished runs skipped) and writes its
-tables and figures with `server_app.report`.
+tables and figures with `server_app.report`. With --ray-address (or $RAY_ADDRESS) the clients run
+on an existing Ray cluster (`server_app.ray_cluster`) instead of a Ray started on this machine.
 """
 
 from __future__ import annotations
@@ -86,15 +87,15 @@ def client_count(config: RunConfig, requested: int | None) -> int:
 
 
 def preflight(config: RunConfig, num_clients: int, client_cpus: float, client_gpus: float,
-              cpus: int | None = None) -> None:
+              cpus: int | None = None, ray_address: str | None = None) -> None:
     """The checks the clients (on this machine) and the server would make, before Ray starts."""
     from server_app.app import plan_run
 
     if client_cpus <= 0 or client_gpus < 0:
         raise ConfigError(f"--client-cpus {client_cpus} / --client-gpus {client_gpus}: CPUs must be > 0, "
                           "GPUs >= 0")
-    check_cpus(cpus, client_cpus)
-    check_here(config)
+    check_cpus(cpus, client_cpus, ray_address)
+    check_here(config, device=not ray_address)  # on a cluster, each node judges its own device
     if config.device.startswith("cuda") and client_gpus == 0:
         raise ConfigError(f"device = {config.device!r} needs --client-gpus > 0: Ray hides the GPUs "
                           "from clients without a GPU share")
@@ -102,8 +103,12 @@ def preflight(config: RunConfig, num_clients: int, client_cpus: float, client_gp
     print(describe(config.budgets, num_clients), flush=True)
 
 
-def check_cpus(cpus: int | None, client_cpus: float) -> None:
-    """--cpus (the CPUs Ray may use for this run; None: all of the machine's) must hold one client."""
+def check_cpus(cpus: int | None, client_cpus: float, ray_address: str | None = None) -> None:
+    """--cpus (the CPUs Ray may use for this run; None: all of the machine's) must hold one client;
+    with a Ray cluster the nodes declare their own CPUs, and Ray refuses a count when attaching."""
+    if cpus is not None and ray_address:
+        raise ConfigError(f"--cpus {cpus} cannot be used with --ray-address {ray_address!r}: each node of "
+                          "the cluster declares its own CPUs (ray start --num-cpus)")
     if cpus is not None and not 0 < client_cpus <= cpus:
         raise ConfigError(f"--cpus {cpus} must be >= --client-cpus {client_cpus}, or no client can run")
 
@@ -165,9 +170,14 @@ def sweep(args: argparse.Namespace, overrides: dict[str, object], argv: list[str
     num_clients = client_count(first, args.num_clients)
     if args.jobs < 1:
         raise ConfigError(f"--jobs {args.jobs} must be >= 1")
-    cpus = args.cpus if args.cpus is not None or args.jobs == 1 else max(1, available_cores() // args.jobs)
-    check_cpus(cpus, args.client_cpus)
-    check_here(first)
+    if args.ray_address:  # every run of the sweep attaches to the cluster (Ray reads RAY_ADDRESS)
+        check_cpus(args.cpus, args.client_cpus, args.ray_address)
+        os.environ["RAY_ADDRESS"], cpus = args.ray_address, None
+    else:
+        cpus = (args.cpus if args.cpus is not None or args.jobs == 1
+                else max(1, available_cores() // args.jobs))
+        check_cpus(cpus, args.client_cpus)
+    check_here(first, device=not args.ray_address)
     experiments.write_experiment(experiment_dir, {
         "commands": [shlex.join(["python", "run_simulation.py", *argv])],
         "config-file": args.config, "strategies": strategies, "seeds": seeds,
@@ -204,6 +214,9 @@ def main(argv: list[str] | None = None) -> int:
                         help="GPU share per ClientApp (0.25 lets four clients share one GPU)")
     parser.add_argument("--cpus", type=int, default=None,
                         help="CPUs Ray may use for a run (default: all; with --jobs J, cores // J)")
+    parser.add_argument("--ray-address", default=os.environ.get("RAY_ADDRESS") or None,
+                        help="attach to a running Ray cluster ('auto' or host:port of its head; default: "
+                             "$RAY_ADDRESS) instead of starting Ray on this machine")
     parser.add_argument("--jobs", type=int, default=1,
                         help="sweep: runs at once, each on --cpus CPUs (2 on 2 cores: one client "
                              "process per run, no core idle while a round's last client trains)")
@@ -219,11 +232,16 @@ def main(argv: list[str] | None = None) -> int:
             return sweep(args, overrides, argv)
         config = resolve(overrides)
         num_clients = client_count(config, args.num_clients)
-        preflight(config, num_clients, args.client_cpus, args.client_gpus, args.cpus)
+        preflight(config, num_clients, args.client_cpus, args.client_gpus, args.cpus, args.ray_address)
+        run_dir = run_dir_of(config)
+        if args.ray_address:
+            from server_app.ray_cluster import attach
+
+            print(attach(args.ray_address, args.client_cpus, args.client_gpus, run_dir.parent).describe(),
+                  flush=True)
     except (ConfigError, ValueError) as err:
         print(f"error: {err}", file=sys.stderr)
         return 2
-    run_dir = run_dir_of(config)
     try:
         simulate(config, num_clients, args.client_cpus, args.client_gpus, args.cpus)
     except (Exception, SystemExit) as err:  # noqa: BLE001 - report any failure as an exit code

@@ -60,8 +60,10 @@ def check_device_here(device: str, key: str = "device") -> str:
         raise ConfigError(f"{key} = {device!r} is not usable here: {err}") from None
 
 
-def check_here(config: RunConfig) -> None:
-    """Everything of `config` that depends on this machine (for clients running on it)."""
+def check_here(config: RunConfig, device: bool = True) -> None:
+    """Everything of `config` that depends on this machine (for clients running on it); without
+    ``device`` the clients' device is left to their own machines (a Ray cluster's nodes)."""
     check_data_here(config.dataset)
     check_model_here(config.model)
-    check_device_here(config.device)
+    if device:
+        check_device_here(config.device)

@@ -10,8 +10,8 @@ processes that import torch, transformers and peft (`python -X importtime -c "im
 the same day). The suite is CPU-bound: whole-machine busy CPU over a quiet run (``tests/suite_cpu.sh``) was
 606 of 656 core-seconds at 328 s wall, so what shortens it is fewer process starts (one federation
 for the budget, refused-node and killed-node tests; two sites for FedMosaic; the resume test
-without Ray; Flower's Control API in-process instead of ``flwr`` CLI processes): 467 core-seconds
-busy, 261 s wall.
+without Ray): 467 core-seconds busy, 261 s wall (Flower's Control API was then called in-process; it
+is now the public ``flwr`` CLI again, about 0.6 s of CPU a call, a few calls per federation).
 """
 
 import os
@@ -27,6 +27,7 @@ if os.environ.get("PYTEST_XDIST_WORKER"):
 LONGEST_FIRST = (  # measured with --durations (setup + call), longest first
     "test_deploy.py",
     "test_deploy_mosaic.py",
+    "test_ray_cluster.py",
     "test_simulation.py",
     "test_resume.py",
     "test_harness.py",
