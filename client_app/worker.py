@@ -19,9 +19,11 @@ as a Ray actor does in simulation. The ClientApp process itself then only import
   ``num-threads`` (default: the cores this process may run on, ``os.sched_getaffinity``).
 * Node setting ``worker-idle = 0`` runs every message in its own process, as Flower does (with the
   partition cache of `tasks.data.cache` and the thread setting still applied).
-* Every message of a site appends one line to ``<state-dir>/timings.jsonl``: seconds from process
-  start to the mod (``start-to-handler``), the handler's setup (data and model, `client_setup`),
-  its own work, and ``overhead`` = everything from process start to the reply except that work.
+* Every message of a site appends one line to ``<state-dir>/timings.jsonl``: seconds from the
+  server creating the message to this process's start (``delivery``: the SuperNode's pull and the
+  process spawn), from process start to the mod (``start-to-handler``), the handler's setup (data
+  and model, `client_setup`), its own work, and ``overhead`` = everything from process start to
+  the reply except that work.
 Nodes without a ``state-dir`` (simulation) run the handler directly, untouched.
 """
 
@@ -134,7 +136,8 @@ def _record(state_dir: Path, msg: Message, context: Context, entered: tuple[floa
     config = msg.content["config"] if msg.has_content() and "config" in msg.content else {}
     row = {"run-id": context.run_id, "message": msg.metadata.message_type,
            "round": config.get("server-round"), "where": where, "process-start": started,
-           "start-to-handler": entered - started, "cpu-to-handler": cpu, "setup": _LAST.get("setup", 0.0),
+           "delivery": started - msg.metadata.created_at, "start-to-handler": entered - started,
+           "cpu-to-handler": cpu, "setup": _LAST.get("setup", 0.0),
            "work": _LAST.get("work", 0.0), "overhead": done - started - _LAST.get("work", 0.0)}
     state_dir.mkdir(parents=True, exist_ok=True)
     with open(state_dir / "timings.jsonl", "a", encoding="utf-8") as fh:

@@ -118,7 +118,7 @@ def summary(deployed: dict, simulated: dict) -> dict:
     messages = deployed["messages"]
 
     def median(key: str, kind: str | None = None) -> float | None:
-        values = [m[key] for m in messages if kind is None or m["message"] == kind]
+        values = [m[key] for m in messages if key in m and (kind is None or m["message"] == kind)]
         return statistics.median(values) if values else None
 
     kinds = sorted({m["message"] for m in messages})
@@ -126,7 +126,8 @@ def summary(deployed: dict, simulated: dict) -> dict:
         "deployed_s_per_round": dep, "simulated_s_per_round": sim, "ratio": dep / sim,
         "overhead_s": median("overhead"), "messages": len(messages),
         "overhead_by_message": {k: median("overhead", k) for k in kinds},
-        "medians": {k: median(k) for k in ("start-to-handler", "cpu-to-handler", "setup", "work")},
+        "medians": {k: median(k) for k in ("delivery", "start-to-handler", "cpu-to-handler", "setup",
+                                            "work")},
         "deployed_rounds_s": deployed["rounds"], "simulated_rounds_s": simulated["rounds"],
         "where": sorted({m["where"] for m in messages}),
         "loadavg": {"deployed": deployed["loadavg"], "simulated": simulated["loadavg"]},
