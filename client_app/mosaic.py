@@ -24,8 +24,10 @@ from tasks.names import MODEL_SIZES, SIMA_VECTOR
 
 
 @lru_cache(maxsize=1)
-def _frozen(name: str, num_outputs: int, task: str, seed: int, device: str) -> tasks.FederatedVLM:
-    model = tasks.build_model(name, num_outputs, task=task, adapter="layer", seed=seed).to(device)
+def _frozen(name: str, num_outputs: int, task: str, seed: int, device: str,
+            options: tuple[tuple[str, object], ...] = ()) -> tasks.FederatedVLM:
+    model = tasks.build_model(name, num_outputs, task=task, adapter="layer", seed=seed,
+                              **dict(options)).to(device)
     model.requires_grad_(False)
     return model
 
@@ -36,7 +38,8 @@ def sima_tracker(setup: ClientSetup, stored: dict[str, np.ndarray]) -> SimaTrack
     if config.aggregation != "sima":
         return None
     frozen = _frozen(config.model, len(setup.partition.labels), setup.partition.task, config.seed,
-                     setup.device)
+                     setup.device, tuple(config.model_kwargs(setup.device).items()))
+    frozen.answers = setup.model.answers
     return SimaTracker(frozen, ema=config.sima_ema, freq=config.sima_freq, previous=stored.get(SIMA_VECTOR))
 
 

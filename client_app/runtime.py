@@ -58,10 +58,11 @@ def _partition(dataset: str, pid: int, num: int, partitioner: str, seed: int, ma
 
 @lru_cache(maxsize=2)
 def _model(name: str, num_outputs: int, task: str, adapter: str, rank: int, seed: int,
-           device: str, size: str = "base", gated: bool = False, num_blocks: int = 4
-           ) -> tuple[tasks.FederatedVLM, dict[str, np.ndarray]]:
+           device: str, size: str = "base", gated: bool = False, num_blocks: int = 4,
+           options: tuple[tuple[str, object], ...] = ()) -> tuple[tasks.FederatedVLM, dict[str, np.ndarray]]:
     model = tasks.build_model(name, num_outputs, task=task, adapter=adapter, lora_rank=rank,
-                              seed=seed, size=size, gated=gated, num_blocks=num_blocks).to(device)
+                              seed=seed, size=size, gated=gated, num_blocks=num_blocks,
+                              **dict(options)).to(device)
     return model, tasks.get_personal_state(model)
 
 
@@ -79,9 +80,11 @@ def client_setup(context: Context) -> ClientSetup:
     try:
         model, initial = _model(config.model, len(partition.labels), partition.task, config.adapter,
                                 config.lora_rank, config.seed, node.device, node.model_size,
-                                config.aggregation == "sima", config.num_blocks)
+                                config.aggregation == "sima", config.num_blocks,
+                                tuple(config.model_kwargs(node.device).items()))
     except (ValueError, OSError) as err:
         raise ConfigError(f"model = {config.model!r} cannot be built on this node: {err}") from None
+    model.answers = tuple(partition.labels)  # a generator writes and scores answers as text
     return ClientSetup(config, node, partition, model, initial)
 
 

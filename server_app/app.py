@@ -60,7 +60,8 @@ def plan_run(config: RunConfig) -> RunPlan:
     try:
         model = tasks.build_model(config.model, 1, adapter=config.adapter,
                                   lora_rank=config.lora_rank, seed=config.seed,
-                                  gated=config.aggregation == "sima", num_blocks=config.num_blocks)
+                                  gated=config.aggregation == "sima", num_blocks=config.num_blocks,
+                                  **config.model_kwargs(client=False))
     except (ValueError, OSError, KeyError, RuntimeError) as err:
         raise ConfigError(f"model = {config.model!r} cannot be built: {err}") from None
     layer_names = list(model.layer_names)

@@ -20,7 +20,7 @@ from settings.errors import ConfigError
 from tasks.data.mixed import PREFIX as MIXED_PREFIX
 from tasks.data.mixed import parse_mixed
 from tasks.data.partition import parse_partitioner
-from tasks.names import DATASETS, MODEL_SIZES, MODELS
+from tasks.names import DATASETS, DTYPES, MODEL_SIZES, MODELS
 
 PROJECT_ROOT = Path(__file__).resolve().parent.parent
 OPTIMIZERS = SEARCHES  # the optimising algorithms, not the references (topk, random, last)
@@ -40,6 +40,9 @@ CHOICES = {
     "optimizer-pick": ("weighted", "knee"),
     "adapter": ("lora", "layer", "pq-lora"),
     "score-mode": ("loss", "logit", "paper"),
+    "vlm-layers": ("language", "vision", "both"),
+    "dtype": DTYPES,
+    "quantization": ("none", "4bit"),
 }
 # (low, high) bounds; None = unbounded on that side
 BOUNDS = {
@@ -51,6 +54,7 @@ BOUNDS = {
     "fraction-train": (0.0, 1.0), "fraction-evaluate": (0.0, 1.0), "round-timeout": (0.0, None),
     "seed": (0, None), "fedpia-gamma": (0.0, None), "fedpia-samples": (1, None),
     "sima-tau": (0.0, None), "sima-ema": (0.0, 1.0), "sima-freq": (1, None), "num-blocks": (1, None),
+    "max-new-tokens": (0, None),
 }
 STRICT_LOW = ("lr", "head-lr", "round-timeout", "fraction-train", "sima-tau", "sima-ema")
 DEVICES = ("auto", "cpu", "cuda", "cuda:<i>", "mps")
@@ -136,6 +140,12 @@ class RunConfig:
     num_blocks: int
     model_sizes: str
     eval_others: bool
+    lora_targets: str
+    vlm_layers: str
+    max_new_tokens: int
+    dtype: str
+    quantization: str
+    gradient_checkpointing: bool
 
     @classmethod
     def keys(cls) -> tuple[str, ...]:
@@ -181,6 +191,18 @@ class RunConfig:
         if strategies and self.strategy not in strategies:
             raise ConfigError(
                 f"strategy = {self.strategy!r} is unknown; choose one of {', '.join(strategies)}")
+
+    def model_kwargs(self, device: str = "cpu", client: bool = True) -> dict[str, object]:
+        """`tasks.build_model` keywords of this run's model settings on ``device`` (resolved).
+        The server's model (``client=False``) is float32 and unquantised: it only reads the layer
+        names and the initial adapters, which are float32 whatever the clients' base dtype."""
+        from tasks.device import resolve_dtype  # torch: only where a model is built
+
+        return {"lora_targets": tuple(t.strip() for t in self.lora_targets.split(",") if t.strip()),
+                "vlm_layers": self.vlm_layers, "max_new_tokens": self.max_new_tokens,
+                "dtype": resolve_dtype(self.dtype, device) if client else "float32",
+                "quantization": self.quantization if client else "none",
+                "gradient_checkpointing": self.gradient_checkpointing, "device": device}
 
     def to_dict(self) -> dict[str, object]:
         return {f.name.replace("_", "-"): getattr(self, f.name) for f in fields(self)}

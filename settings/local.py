@@ -66,4 +66,17 @@ def check_here(config: RunConfig, device: bool = True) -> None:
     check_data_here(config.dataset)
     check_model_here(config.model)
     if device:
-        check_device_here(config.device)
+        check_quantization_here(config.quantization, check_device_here(config.device))
+
+
+def check_quantization_here(quantization: str, device: str) -> None:
+    """``quantization = "4bit"`` needs a CUDA device and bitsandbytes on this machine."""
+    if quantization != "4bit":
+        return
+    if not device.startswith("cuda"):
+        raise ConfigError(f"quantization = '4bit' needs a CUDA device; device resolves to {device!r} here")
+    import importlib.util
+
+    if importlib.util.find_spec("bitsandbytes") is None:
+        raise ConfigError("quantization = '4bit' needs bitsandbytes, which is not installed here: "
+                          "pip install -e '.[qlora]'")

@@ -37,6 +37,7 @@ def lora_targets(model: FederatedVLM) -> list[str]:
         for name, m in model.named_modules()
         if is_under(name, prefixes)
         and (isinstance(m, nn.Linear) or (isinstance(m, nn.Conv2d) and m.groups == 1))
+        and (not model.lora_targets or name.rpartition(".")[2] in model.lora_targets)
     ]
 
 
@@ -58,11 +59,16 @@ def apply_adapter(model: FederatedVLM, adapter: str, lora_rank: int = 8, *, gate
             raise ValueError(f"lora_rank must be a positive int, got {lora_rank!r}")
         targets = lora_targets(model)
         if not targets:
-            raise ValueError(f"no Linear/Conv2d modules to adapt in {type(model).__name__}")
+            named = f" named {', '.join(model.lora_targets)}" if model.lora_targets else ""
+            raise ValueError(f"no Linear/Conv2d modules{named} to adapt in {type(model).__name__}'s "
+                             "selectable layers")
         config = LoraConfig(
             r=lora_rank, lora_alpha=2 * lora_rank, lora_dropout=0.0, target_modules=targets
         )
         inject_adapter_in_model(config, model)
+        for name, param in model.named_parameters():  # float32 adapters over any base dtype:
+            if "lora_" in name:  # the wire format is the same on every client
+                param.data = param.data.float()
     model.adapter = adapter
     freeze_except(model, np.ones(len(model.layer_names), dtype=bool))
 

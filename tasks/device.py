@@ -1,4 +1,5 @@
-"""Device names: "auto" -> "cuda" when available, else "cpu"; explicit names are validated."""
+"""Device names: "auto" -> "cuda" when available, else "cpu"; explicit names are validated. Model
+dtypes: "auto" -> bfloat16 on a CUDA device that supports it, else float32."""
 
 from __future__ import annotations
 
@@ -21,3 +22,11 @@ def resolve_device(name: str) -> str:
             raise ValueError(f"device {name!r}: no such CUDA device ({torch.cuda.device_count()} available)")
         return name
     raise ValueError(f"unknown device {name!r}; use 'auto', 'cpu', 'cuda', 'cuda:<i>' or 'mps'")
+
+
+def resolve_dtype(name: str, device: str) -> str:
+    """Run setting ``dtype`` on ``device`` (a resolved device) -> a torch dtype name."""
+    if name != "auto":
+        return name
+    cuda = device.startswith("cuda") and torch.cuda.is_available()
+    return "bfloat16" if cuda and torch.cuda.is_bf16_supported() else "float32"

@@ -215,7 +215,7 @@ def _paper_eigenvalues(model: FederatedVLM, batch: Batch, groups: list[list[str]
         logits = functional_call(model, leaves, (batch,))
         loss = model.loss(logits, labels)
         grads = torch.autograd.grad(loss, list(leaves.values()), allow_unused=True)
-    n, c = logits.shape
+    n, c = logits.shape[0], logits.shape[-1]  # a generator's logits: (n, T, vocabulary)
     squared = {
         name: torch.zeros_like(v, dtype=torch.float64)
         if g is None

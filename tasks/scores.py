@@ -125,6 +125,14 @@ def snip(model: FederatedVLM, samples: Sequence[Sample]) -> np.ndarray:
                                           for g in grad.weights for n, p in g})
 
 
+def second_order():
+    """Scaled dot-product attention on its math kernel: the fused CPU/flash kernels have no
+    double backward, which the Hessian-gradient products of GraSP and GradFlow need."""
+    from torch.nn.attention import SDPBackend, sdpa_kernel
+
+    return sdpa_kernel(SDPBackend.MATH)
+
+
 def grasp(model: FederatedVLM, samples: Sequence[Sample]) -> np.ndarray:
     """Gradient signal preservation (GraSP, Wang et al., ICLR 2020, paper ref. [72]).
 
@@ -132,7 +140,7 @@ def grasp(model: FederatedVLM, samples: Sequence[Sample]) -> np.ndarray:
     gradient flow most, i.e. of largest θ ⊙ Hg, are kept. The layer score is the mean of θ ⊙ Hg,
     shifted by its minimum over layers so it is non-negative (a rank-preserving shift: the
     lowest layer scores 0)."""
-    with _Grad(model) as grad:
+    with _Grad(model) as grad, second_order():
         _, hg = grad(samples, hvp=True)
     raw = _per_layer_mean(grad.weights, {n: p.detach() * hg[n] for g in grad.weights for n, p in g})
     return raw - raw.min()
@@ -142,7 +150,7 @@ def gradflow(model: FederatedVLM, samples: Sequence[Sample]) -> np.ndarray:
     """Gradient-norm preservation (Lubana & Dick, ICLR 2021, paper ref. [54]): |θ ⊙ Hg|, the
     magnitude of a weight's first-order effect on the gradient norm ‖g‖² (their fix of GraSP's
     signed score, which also removes weights that increase the gradient flow)."""
-    with _Grad(model) as grad:
+    with _Grad(model) as grad, second_order():
         _, hg = grad(samples, hvp=True)
     return _per_layer_mean(grad.weights, {n: (p.detach() * hg[n]).abs()
                                           for g in grad.weights for n, p in g})

@@ -77,7 +77,8 @@ def train(
     groups = [{"params": personal, "lr": lr if head_lr is None else head_lr}]
     if unit:
         groups.append({"params": unit, "lr": lr})
-    optimizer = torch.optim.AdamW(groups, lr=lr, weight_decay=weight_decay)
+    # nothing to train (a generator without adapters to train: no head): the losses, no steps
+    optimizer = torch.optim.AdamW(groups, lr=lr, weight_decay=weight_decay) if personal or unit else None
     order = _batches(len(samples), steps, batch_size, seed)
     losses = []
     model.train()
@@ -90,10 +91,12 @@ def train(
                 on_batch(step, chosen_samples)
             batch = model.collate(chosen_samples)
             batch = {k: v.to(model.device) for k, v in batch.items()}
-            loss = model.loss(model(batch), batch["labels"])
-            optimizer.zero_grad(set_to_none=True)
-            loss.backward()
-            optimizer.step()
+            with torch.set_grad_enabled(optimizer is not None):
+                loss = model.loss(model(batch), batch["labels"])
+            if optimizer is not None:
+                optimizer.zero_grad(set_to_none=True)
+                loss.backward()
+                optimizer.step()
             losses.append(loss.item())
     model.eval()
     return {
@@ -109,7 +112,8 @@ def train(
 def evaluate(
     model: FederatedVLM, samples: Sequence[Sample], *, batch_size: int = 64, device: str = "cpu"
 ) -> dict[str, float]:
-    """vqa: accuracy, loss; multilabel: micro/macro F1 (threshold 0.5), loss; + num_examples.
+    """vqa: accuracy, loss; multilabel: micro/macro F1 (threshold 0.5), loss; + num_examples. A
+    generative model is scored on the answers it generates (`_evaluate_generated`).
 
     Macro F1 averages over the classes present in the labels or the predictions (a class absent
     from both has no defined F1 and is left out).
@@ -119,6 +123,8 @@ def evaluate(
     _positive_int("batch_size", batch_size)
     model.to(resolve_device(device))
     model.eval()
+    if model.generative:
+        return _evaluate_generated(model, samples, batch_size)
     logits, labels = [], []
     for start in range(0, len(samples), batch_size):
         batch = model.collate(samples[start : start + batch_size])
@@ -139,6 +145,29 @@ def evaluate(
     present = denom > 0
     f1_macro = float((2 * tp[present] / denom[present]).mean()) if present.any() else 0.0
     return {"f1_micro": f1_micro, "f1_macro": f1_macro, "loss": loss, "num_examples": n}
+
+
+def _evaluate_generated(model: FederatedVLM, samples: Sequence[Sample], batch_size: int) -> dict[str, float]:
+    """A generative model's accuracy: greedy answers, normalised exact match with the true answer
+    (`tasks.models.generative.normalize_answer`), overall and per question type
+    (``accuracy-<qtype>``); ``loss``: the answer tokens' mean cross-entropy."""
+    from tasks.models.generative import normalize_answer
+
+    hits, losses, weights = [], [], []
+    for start in range(0, len(samples), batch_size):
+        chunk = samples[start : start + batch_size]
+        said = model.generate_answers(chunk)
+        hits += [normalize_answer(a) == normalize_answer(model.answer_of(s))
+                 for a, s in zip(said, chunk, strict=True)]
+        batch = {k: v.to(model.device) for k, v in model.collate(chunk).items()}
+        losses.append(float(model.loss(model(batch), batch["labels"])))
+        weights.append(int((batch["labels"][:, 1:] != -100).sum()))
+    result = {"accuracy": float(np.mean(hits)), "loss": float(np.average(losses, weights=weights)),
+              "num_examples": float(len(samples))}
+    qtypes = np.array([s.qtype for s in samples])
+    for qtype in sorted(set(qtypes.tolist())):
+        result[f"accuracy-{qtype}"] = float(np.mean(np.array(hits)[qtypes == qtype]))
+    return result
 
 
 def round_lr(base_lr: float, server_round: int, num_rounds: int, warmup_frac: float = 0.1) -> float:

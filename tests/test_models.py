@@ -9,7 +9,8 @@ from torch import nn
 from transformers import GitConfig, GitModel, ViltModel
 
 from tasks import MODELS, Sample, build_model, get_layer_state, get_personal_state
-from tasks.models.hf import find_blocks, tiny_vilt_config
+from tasks.models.base import find_blocks
+from tasks.models.hf import tiny_vilt_config
 
 
 def make_samples(n: int, size: int = 48, seed: int = 0, classes: int = 5) -> list[Sample]:
@@ -27,7 +28,7 @@ def make_samples(n: int, size: int = 48, seed: int = 0, classes: int = 5) -> lis
 
 
 def test_registry_names():
-    assert MODELS == ("minilm-effnet", "tiny-vilt", "hf:<local dir>")
+    assert MODELS == ("minilm-effnet", "tiny-vilt", "tiny-llava", "hf:<local dir>")
 
 
 def test_tiny_vilt_shapes_and_layers():

@@ -33,6 +33,22 @@ def is_under(name: str, prefixes: Iterable[str]) -> bool:
     return any(name == p or name.startswith(p + ".") for p in prefixes)
 
 
+def find_blocks(model: nn.Module) -> str:
+    """Dotted path of the longest ModuleList of identical block classes (ties: the first found)."""
+    best, best_len = "", 0
+    for name, module in model.named_modules():
+        if isinstance(module, nn.ModuleList) and len(module) > best_len:
+            kinds = {type(child) for child in module}
+            if len(kinds) == 1:
+                best, best_len = name, len(module)
+    if not best_len:
+        raise ValueError(
+            f"cannot find repeated transformer blocks (an nn.ModuleList of identical layers) "
+            f"in {type(model).__name__}"
+        )
+    return best
+
+
 class FederatedVLM(nn.Module):
     """A vision-language classifier with an ordered list of selectable layers.
 
@@ -40,7 +56,9 @@ class FederatedVLM(nn.Module):
     this module), extend `personal_prefixes`, and implement `encode_inputs`, `embed` and `features`.
     """
 
-    def __init__(self, num_outputs: int, task: str, hidden_size: int) -> None:
+    generative = False  # GenerativeVLM (tasks.models.generative): token logits, no head
+
+    def __init__(self, num_outputs: int, task: str, hidden_size: int, head: bool = True) -> None:
         super().__init__()
         if task not in TASKS:
             raise ValueError(f"task must be one of {TASKS}, got {task!r}")
@@ -48,10 +66,13 @@ class FederatedVLM(nn.Module):
             raise ValueError(f"num_outputs must be a positive int, got {num_outputs!r}")
         self.task = task
         self.num_outputs = num_outputs
-        self.head = nn.Linear(hidden_size, num_outputs)
+        if head:
+            self.head = nn.Linear(hidden_size, num_outputs)
         self.layer_names: list[str] = []
         self.layer_prefixes: list[tuple[str, ...]] = []
-        self.personal_prefixes: tuple[str, ...] = ("head",)
+        self.personal_prefixes: tuple[str, ...] = ("head",) if head else ()
+        self.lora_targets: tuple[str, ...] = ()  # module names LoRA keeps (last name part); () = all
+        self.answers: tuple[str, ...] = ()  # the data set's answers (Partition.labels): generators
         self.adapter = "none"  # set by tasks.adapters.apply_adapter
         self.gated = False  # FedMosaic/SIMA local + global branches (tasks.mosaic)
         self.wire_names: dict[str, str] = {}  # parameter name -> shared-state name (tasks.mosaic)

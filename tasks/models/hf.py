@@ -26,10 +26,9 @@ from pathlib import Path
 from typing import TYPE_CHECKING
 
 import torch
-from torch import nn
-from transformers import AutoModel, AutoTokenizer, PreTrainedModel, ViltConfig, ViltModel
+from transformers import AutoConfig, AutoModel, AutoTokenizer, PreTrainedModel, ViltConfig, ViltModel
 
-from tasks.models.base import FederatedVLM, additive_mask, images_to_tensor
+from tasks.models.base import FederatedVLM, additive_mask, find_blocks, images_to_tensor
 from tasks.models.minilm_effnet import minilm_tokenizer, quiet_transformers, tokenize
 
 if TYPE_CHECKING:
@@ -54,22 +53,6 @@ TINY_VILT_LARGE = {"hidden_size": 48, "intermediate_size": 96}  # model-size "la
 
 def tiny_vilt_config(large: bool = False) -> ViltConfig:
     return ViltConfig(**{**TINY_VILT, **(TINY_VILT_LARGE if large else {})})
-
-
-def find_blocks(model: nn.Module) -> str:
-    """Dotted path of the longest ModuleList of identical block classes (ties: the first found)."""
-    best, best_len = "", 0
-    for name, module in model.named_modules():
-        if isinstance(module, nn.ModuleList) and len(module) > best_len:
-            kinds = {type(child) for child in module}
-            if len(kinds) == 1:
-                best, best_len = name, len(module)
-    if not best_len:
-        raise ValueError(
-            f"cannot find repeated transformer blocks (an nn.ModuleList of identical layers) "
-            f"in {type(model).__name__}"
-        )
-    return best
 
 
 class HFVLM(FederatedVLM):
@@ -170,12 +153,19 @@ def build_tiny_vilt(num_outputs: int, task: str, large: bool = False) -> ViltVLM
     return ViltVLM(ViltModel(tiny_vilt_config(large)), num_outputs, task, minilm_tokenizer(), None)
 
 
-def build_hf(directory: str, num_outputs: int, task: str) -> HFVLM:
+def build_hf(directory: str, num_outputs: int, task: str, **generative) -> FederatedVLM:
+    """The checkpoint in ``directory``: a generator (`tasks.models.generative`, with the
+    ``generative`` settings) if its architecture is image-text-to-text, else an encoder + head."""
     path = Path(directory).expanduser()
     if not path.is_dir():
         raise FileNotFoundError(f"hf model directory not found: {directory!r}")
     if not (path / "config.json").is_file():
         raise FileNotFoundError(f"hf model directory {directory!r} has no config.json")
+    from tasks.models.generative import build_generative, generative_architecture
+
+    architecture = generative_architecture(AutoConfig.from_pretrained(str(path)))
+    if architecture is not None:
+        return build_generative(path, architecture, **generative)
     with quiet_transformers():
         backbone = AutoModel.from_pretrained(str(path))
     if any((path / f).is_file() for f in _TOKENIZER_FILES):

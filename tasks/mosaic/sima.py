@@ -11,7 +11,9 @@ every client (official code also takes it in closed form, FM:60-88):
   vqa:        ∂ CE / ∂W = mean_b (softmax(0) − e_{y_b}) h_bᵀ = mean_b (1/C − e_{y_b}) h_bᵀ
   multilabel: ∂ BCE / ∂W = mean_b (σ(0) − y_b) h_bᵀ = mean_b (1/2 − y_b) h_bᵀ
 
-with h_b the frozen model's pooled features. Every ``freq``-th local step (f, official 10) the
+with h_b the frozen model's pooled features (a generative model's: its last hidden state at the
+position that predicts the answer's first token, over the data set's answers as classes). Every
+``freq``-th local step (f, official 10) the
 batch's gradient g(t) enters the EMA ĝ(t) = (1 − a) ĝ(t−1) + a g(t) (Eq. 4, a = 0.5 official); the
 first one starts it. ĝ is kept on the client across rounds (`client_app.personal`), flattened.
 """
@@ -39,10 +41,12 @@ def last_layer_gradient(frozen: FederatedVLM, samples: Sequence) -> np.ndarray:
     with torch.random.fork_rng(devices=devices):
         torch.manual_seed(0)
         features = frozen.features(frozen.embed(batch)).double().cpu()
-    labels = batch["labels"]
+    # a generator's labels are tokens: its classes are the answers, h the state before the first
+    labels = torch.tensor([int(s.target) for s in samples]) if frozen.generative else batch["labels"]
+    classes = len(frozen.answers) if frozen.generative else frozen.num_outputs
     if frozen.task == "vqa":
-        size = (len(samples), frozen.num_outputs)
-        residual = torch.full(size, 1.0 / frozen.num_outputs, dtype=torch.float64)
+        size = (len(samples), classes)
+        residual = torch.full(size, 1.0 / classes, dtype=torch.float64)
         residual[torch.arange(len(samples)), labels] -= 1.0
     else:
         residual = 0.5 - labels.double()

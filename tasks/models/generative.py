@@ -1,0 +1,285 @@
+"""Generative vision-language models: image-text-to-text checkpoints fine-tuned as generators.
+
+The F3OCUS paper fine-tunes LLaVA-1.5-7B and BLIP-2 (§6, supplement Table 1) and FedMosaic
+LLaVA-style models; a site brings such a checkpoint from its own disk as ``hf:<dir>``. A folder
+whose ``config.json`` names an architecture that `transformers.AutoModelForImageTextToText` maps
+(LLaVA, Idefics3/SmolVLM, BLIP-2, PaliGemma, Gemma 3, Qwen2-VL, ...) runs as a `GenerativeVLM`:
+
+* inputs come from the checkpoint's own processor: its chat template turns the question and the
+  image into the prompt (checkpoints without one, e.g. BLIP-2, get BLIP-2's VQA prompt
+  ``"Question: {q} Answer:"``); the answer's tokens and EOS follow the prompt, and the labels
+  are -100 everywhere else, so the loss is the cross-entropy of the answer tokens only;
+* evaluation generates greedily (``max-new-tokens``, default the longest answer of the data set
+  in tokens, plus EOS) and scores normalised exact match (lower case, punctuation and the
+  articles a/an/the removed, as VQA accuracy normalises answers), overall and per question type;
+* there is no private head: every trained array is an adapter and is aggregated, so
+  ``strategy = "none"`` trains nothing and evaluates the checkpoint zero-shot;
+* selectable layers (``vlm-layers``): the language model's decoder blocks (``language``,
+  default), the vision tower's blocks plus the multimodal projector (``vision``), or all of them
+  in forward order (``both``). LoRA goes on the Linear modules of the chosen blocks, i.e. their
+  attention and MLP projections (``lora-targets`` keeps only the named ones).
+
+`embed` hands the processor's tensors through and `forward_embedded` runs the whole model to
+token logits, so training, LNTK scoring (per-sample answer-token losses, tasks/lntk.py) and the
+layer budget run the same code as for the classifiers. Padding is on the right for training and
+scoring (each sample's tokens then never see another sample's) and on the left for generation.
+"""
+
+from __future__ import annotations
+
+import re
+import string
+from collections.abc import Sequence
+from contextlib import contextmanager
+from pathlib import Path
+from typing import TYPE_CHECKING
+
+import numpy as np
+import torch
+import torch.nn.functional as F
+from torch import nn
+
+from tasks.models.base import FederatedVLM, find_blocks
+
+if TYPE_CHECKING:
+    from tasks.data import Sample
+
+VLM_LAYERS: tuple[str, ...] = ("language", "vision", "both")
+IGNORE = -100  # label of every token that is not part of an answer
+PROJECTORS = ("multi_modal_projector", "connector", "language_projection", "mm_projector", "merger")
+VISION_TOWERS = ("vision_tower", "vision_model", "visual", "vision_encoder")
+_ARTICLES = re.compile(r"\b(a|an|the)\b")
+_PUNCTUATION = str.maketrans("", "", string.punctuation)
+
+
+def normalize_answer(text: str) -> str:
+    """VQA-style answer normalisation: lower case, no punctuation or articles, single spaces."""
+    return " ".join(_ARTICLES.sub(" ", text.lower().translate(_PUNCTUATION)).split())
+
+
+def generative_architecture(config) -> str | None:
+    """The config's architecture if `AutoModelForImageTextToText` maps it (a generator), else None
+    (encoders such as ``GitModel`` keep the classifier path of `tasks.models.hf`)."""
+    from transformers.models.auto.modeling_auto import MODEL_FOR_IMAGE_TEXT_TO_TEXT_MAPPING_NAMES
+
+    known = {n for v in MODEL_FOR_IMAGE_TEXT_TO_TEXT_MAPPING_NAMES.values()
+             for n in (v if isinstance(v, tuple) else (v,))}
+    return next((a for a in getattr(config, "architectures", None) or () if a in known), None)
+
+
+def _blocks_under(root: nn.Module, prefix: str) -> list[str]:
+    path = find_blocks(root)
+    return [f"{prefix}.{path}.{i}" for i in range(len(root.get_submodule(path)))]
+
+
+def _first_named(model: nn.Module, names: Sequence[str]) -> tuple[str, nn.Module] | None:
+    """The first module (in registration order) whose own name is one of ``names``."""
+    return next(((n, m) for n, m in model.named_modules() if n.rpartition(".")[2] in names), None)
+
+
+class GenerativeVLM(FederatedVLM):
+    """An image-text-to-text model with its processor; see the module doc."""
+
+    generative = True
+
+    def __init__(self, backbone: nn.Module, processor, vlm_layers: str = "language",
+                 max_new_tokens: int = 0) -> None:
+        if vlm_layers not in VLM_LAYERS:
+            raise ValueError(f"vlm-layers {vlm_layers!r} is unknown; choose one of {', '.join(VLM_LAYERS)}")
+        super().__init__(1, "vqa", 1, head=False)
+        self.backbone = backbone
+        self.processor = processor
+        self.tokenizer = processor.tokenizer
+        self.max_new_tokens = max_new_tokens
+        self.has_template = bool(getattr(processor, "chat_template", None))
+        language = backbone.get_decoder() if hasattr(backbone, "get_decoder") else None
+        if language is None:
+            raise ValueError(f"{type(backbone).__name__} exposes no language model (get_decoder)")
+        names = {id(m): n for n, m in backbone.named_modules()}
+        layers = _blocks_under(language, f"backbone.{names[id(language)]}".rstrip("."))
+        if vlm_layers != "language":
+            vision = _first_named(backbone, VISION_TOWERS)
+            if vision is None:
+                raise ValueError(f"vlm-layers {vlm_layers!r}: {type(backbone).__name__} has no vision "
+                                 f"tower named one of {', '.join(VISION_TOWERS)}")
+            projector = _first_named(backbone, PROJECTORS)
+            front = _blocks_under(vision[1], f"backbone.{vision[0]}")
+            front += [f"backbone.{projector[0]}"] if projector is not None else []
+            layers = front + (layers if vlm_layers == "both" else [])
+        self.layer_names = layers
+        self.layer_prefixes = [(name,) for name in layers]
+
+    # -- inputs ---------------------------------------------------------------------------------
+    def prompt(self, question: str) -> str:
+        """The checkpoint's chat-template prompt for an image and a question (or BLIP-2's)."""
+        if not self.has_template:
+            return f"Question: {question} Answer:"
+        messages = [{"role": "user", "content": [{"type": "image"}, {"type": "text", "text": question}]}]
+        return self.processor.apply_chat_template(messages, add_generation_prompt=True)
+
+    def answer_ids(self, answer: str) -> list[int]:
+        """The answer's tokens after the prompt, then EOS."""
+        ids = self.tokenizer(" " + answer, add_special_tokens=False)["input_ids"]
+        return [*ids, self.tokenizer.eos_token_id]
+
+    def answer_of(self, sample: Sample) -> str:
+        if not self.answers:
+            raise ValueError("a generative model needs the data set's answers (model.answers) to train "
+                             "or evaluate")
+        return self.answers[int(sample.target)]
+
+    @contextmanager
+    def _padding(self, side: str):
+        before, self.tokenizer.padding_side = self.tokenizer.padding_side, side
+        try:
+            yield
+        finally:
+            self.tokenizer.padding_side = before
+
+    def _process(self, samples: Sequence[Sample], side: str) -> dict[str, torch.Tensor]:
+        from PIL import Image
+
+        for s in samples:
+            if np.asarray(s.image).ndim != 3 or np.asarray(s.image).shape[2] != 3:
+                raise ValueError(f"sample image must be an (H, W, 3) uint8 array, got {np.shape(s.image)}")
+        images = [[Image.fromarray(np.asarray(s.image))] for s in samples]  # one list per prompt
+        with self._padding(side):
+            return dict(self.processor(images=images, text=[self.prompt(s.question) for s in samples],
+                                       return_tensors="pt", padding=True))
+
+    def collate(self, samples: Sequence[Sample]) -> dict[str, torch.Tensor]:
+        """Prompt tokens (from the processor), then each answer's tokens and EOS, right-padded;
+        ``labels`` are the answer tokens and -100 elsewhere."""
+        if len(samples) == 0:
+            raise ValueError("samples is empty: need at least one Sample to build a batch")
+        batch = self._process(samples, "right")
+        ids, mask = batch["input_ids"], batch["attention_mask"]
+        answers = [self.answer_ids(self.answer_of(s)) for s in samples]
+        lengths = mask.sum(1).tolist()
+        width = max(n + len(a) for n, a in zip(lengths, answers, strict=True))
+        pad = self.tokenizer.pad_token_id if self.tokenizer.pad_token_id is not None else 0
+        per_token = [k for k, v in batch.items() if v.shape == ids.shape]
+        out = {k: torch.zeros(len(samples), width, dtype=batch[k].dtype) for k in per_token}
+        out["input_ids"].fill_(pad)
+        labels = torch.full((len(samples), width), IGNORE, dtype=torch.long)
+        for i, (n, answer) in enumerate(zip(lengths, answers, strict=True)):
+            tail = torch.tensor(answer, dtype=torch.long)
+            for key in per_token:
+                out[key][i, :n] = batch[key][i, :n]
+            out["input_ids"][i, n:n + len(answer)] = tail
+            out["attention_mask"][i, :n + len(answer)] = 1
+            labels[i, n:n + len(answer)] = tail
+        return {**batch, **out, "labels": labels}
+
+    # -- forward --------------------------------------------------------------------------------
+    def embed(self, batch: dict[str, torch.Tensor]) -> dict[str, torch.Tensor]:
+        """The processor's tensors on the model's device (pixels in its dtype), and ``first``:
+        each sample's position that predicts its answer's first token."""
+        out = {k: v.to(self.device) for k, v in batch.items() if k != "labels"}
+        if "pixel_values" in out and out["pixel_values"].is_floating_point():
+            out["pixel_values"] = out["pixel_values"].to(self.dtype)
+        if "labels" in batch:
+            out["first"] = ((batch["labels"] != IGNORE).int().argmax(1) - 1).to(self.device)
+        return out
+
+    def _run(self, emb: dict[str, torch.Tensor], **options):
+        return self.backbone(**{k: v for k, v in emb.items() if k != "first"}, use_cache=False, **options)
+
+    def forward_embedded(self, emb: dict[str, torch.Tensor]) -> torch.Tensor:
+        """Token logits (B, T, V)."""
+        return self._run(emb).logits
+
+    def loss(self, logits: torch.Tensor, labels: torch.Tensor) -> torch.Tensor:
+        """Mean cross-entropy of the answer tokens (next-token prediction; -100 labels ignored)."""
+        return F.cross_entropy(logits[:, :-1].flatten(0, 1).float(), labels[:, 1:].flatten(),
+                               ignore_index=IGNORE)
+
+    def features(self, emb: dict[str, torch.Tensor]) -> torch.Tensor:
+        """(B, d): the last hidden state at the position that predicts the answer's first token
+        (FedMosaic's last-layer features, `tasks.mosaic.sima`)."""
+        hidden = self._run(emb, output_hidden_states=True).hidden_states[-1]
+        return hidden[torch.arange(hidden.shape[0], device=hidden.device), emb["first"]]
+
+    # -- generation -----------------------------------------------------------------------------
+    def new_tokens(self) -> int:
+        """``max-new-tokens``, else the longest answer of the data set in tokens (with EOS)."""
+        if self.max_new_tokens:
+            return self.max_new_tokens
+        return max(len(self.answer_ids(a)) for a in self.answers) if self.answers else 16
+
+    @torch.no_grad()
+    def generate_answers(self, samples: Sequence[Sample]) -> list[str]:
+        """Greedy answers to the samples' questions (left-padded prompts)."""
+        batch = {k: v.to(self.device) for k, v in self._process(samples, "left").items()}
+        if "pixel_values" in batch:
+            batch["pixel_values"] = batch["pixel_values"].to(self.dtype)
+        out = self.backbone.generate(**batch, max_new_tokens=self.new_tokens(), do_sample=False,
+                                     pad_token_id=self.tokenizer.pad_token_id)
+        return self.tokenizer.batch_decode(out[:, batch["input_ids"].shape[1]:], skip_special_tokens=True)
+
+    @property
+    def dtype(self) -> torch.dtype:
+        return next(p.dtype for p in self.backbone.parameters() if p.is_floating_point())
+
+    @property
+    def device(self) -> torch.device:
+        return next(self.backbone.parameters()).device
+
+
+def load_processor(path: Path, architecture: str):
+    """The checkpoint's own processor, or one line saying why it cannot be loaded."""
+    from transformers import AutoProcessor
+
+    if not any((path / f).is_file() for f in ("processor_config.json", "preprocessor_config.json")):
+        raise ValueError(f"hf model directory {str(path)!r} ({architecture}) has no processor "
+                         "(processor_config.json or preprocessor_config.json); save the checkpoint's "
+                         "processor beside it (processor.save_pretrained)")
+    try:
+        return AutoProcessor.from_pretrained(str(path))
+    except (AttributeError, ImportError, ValueError, OSError, TypeError) as err:
+        import importlib.util
+
+        hint = ("; processors with a video part (Qwen2-VL, ...) need torchvision: pip install the "
+                "torchvision that matches your torch" if importlib.util.find_spec("torchvision") is None
+                and isinstance(err, ImportError | AttributeError) else "")
+        raise ValueError(f"hf model directory {str(path)!r} ({architecture}): its processor cannot be "
+                         f"loaded ({type(err).__name__}: {str(err).splitlines()[0][:160]}){hint}") from None
+
+
+def build_generative(path: Path, architecture: str, *, vlm_layers: str = "language",
+                     max_new_tokens: int = 0, dtype: torch.dtype = torch.float32,
+                     quantization: str = "none", gradient_checkpointing: bool = False,
+                     device: str = "cpu") -> GenerativeVLM:
+    """Load an image-text-to-text checkpoint and its processor from ``path``."""
+    from transformers import AutoModelForImageTextToText
+
+    from tasks.models.minilm_effnet import quiet_transformers
+
+    processor = load_processor(path, architecture)
+    kwargs: dict = {"dtype": dtype}
+    if quantization == "4bit":
+        kwargs.update(quantization_config=four_bit_config(dtype, device), device_map={"": device})
+    with quiet_transformers():
+        backbone = AutoModelForImageTextToText.from_pretrained(str(path), **kwargs)
+    return finish(GenerativeVLM(backbone, processor, vlm_layers, max_new_tokens), gradient_checkpointing)
+
+
+def finish(model: GenerativeVLM, gradient_checkpointing: bool) -> GenerativeVLM:
+    """Freeze the checkpoint; optionally recompute block activations in the backward pass."""
+    model.backbone.requires_grad_(False)
+    if gradient_checkpointing:
+        model.backbone.gradient_checkpointing_enable(gradient_checkpointing_kwargs={"use_reentrant": False})
+    return model
+
+
+def four_bit_config(dtype: torch.dtype, device: str):
+    """QLoRA's base: NF4 weights computing in ``dtype``; one line where it cannot run."""
+    if not device.startswith("cuda"):
+        raise ValueError(f"quantization = '4bit' needs a CUDA device (this client runs on {device!r})")
+    try:
+        import bitsandbytes  # noqa: F401
+    except ImportError:
+        raise ValueError("quantization = '4bit' needs bitsandbytes: pip install -e '.[qlora]'") from None
+    from transformers import BitsAndBytesConfig
+
+    return BitsAndBytesConfig(load_in_4bit=True, bnb_4bit_quant_type="nf4", bnb_4bit_compute_dtype=dtype)

@@ -1,0 +1,230 @@
+"""Generative vision-language models (issue 28): tiny LLaVA, Idefics3 and BLIP-2 checkpoints built
+offline (tests/tiny_vlms.py) and run through ``hf:<dir>`` and the built-in ``tiny-llava``.
+
+Oracles: forced right answers score 100 % and forced wrong ones 0 % through the real generation
+path; the loss mask covers exactly the answer tokens; LNTK per block equals brute force.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import importlib.util
+import io
+import json
+from functools import partial
+
+import numpy as np
+import pytest
+import torch
+import torch.nn.functional as F
+
+import run_simulation
+import tasks
+from tasks.data import load_partition
+from tasks.lntk import principal_eigenvalue
+from tasks.models.generative import IGNORE, normalize_answer
+from tests.inprocess import Simulator
+from tests.tiny_vlms import save_blip2, save_idefics3, save_llava, save_qwen2vl
+
+FAMILIES = {"llava": save_llava, "idefics3": save_idefics3, "blip2": save_blip2}
+RUN = ("dataset='synthetic' partitioner='iid' num-server-rounds=2 local-steps=2 batch-size=4 "
+       "max-train-samples=16 max-test-samples=6 score-batch-size=4 optimizer-pop-size=10 "
+       "optimizer-generations=3")
+
+
+@pytest.fixture(scope="module")
+def partition():
+    return load_partition("synthetic", 0, 2, "iid", seed=0, max_train=16, max_test=8)
+
+
+@pytest.fixture(scope="module")
+def checkpoints(tmp_path_factory) -> dict:
+    root = tmp_path_factory.mktemp("vlms")
+    return {name: save(root / name) for name, save in FAMILIES.items()}
+
+
+def generator(name: str, partition, **options) -> tasks.FederatedVLM:
+    model = tasks.build_model(name, len(partition.labels), seed=0, **options)
+    model.answers = tuple(partition.labels)
+    return model
+
+
+def simulate(*args: str) -> tuple[int, str, str]:
+    """``run_simulation.py`` in this process with the in-process federation (no Ray)."""
+    out, err = io.StringIO(), io.StringIO()
+    with pytest.MonkeyPatch.context() as patch, contextlib.redirect_stdout(out), \
+            contextlib.redirect_stderr(err):
+        patch.setattr(run_simulation, "simulate", Simulator())
+        code = run_simulation.main(list(args))
+    return code, out.getvalue(), err.getvalue()
+
+
+def test_the_loss_mask_covers_exactly_the_answer_tokens(partition):
+    model = generator("tiny-llava", partition)
+    samples = partition.train[:4]
+    batch = model.collate(samples)
+    for i, sample in enumerate(samples):
+        answer = (batch["labels"][i] != IGNORE).nonzero().flatten()
+        assert answer.tolist() == list(range(int(answer[0]), int(answer[-1]) + 1))  # one run of tokens
+        text = model.tokenizer.decode(batch["input_ids"][i, answer])
+        assert text == f" {partition.labels[sample.target]}</s>"
+        assert torch.equal(batch["labels"][i, answer], batch["input_ids"][i, answer])
+        assert batch["attention_mask"][i, int(answer[-1]) + 1:].sum() == 0  # only padding after it
+    logits = model(batch)
+    by_hand = [F.cross_entropy(logits[i, j - 1].float(), batch["labels"][i, j], reduction="sum")
+               for i in range(len(samples)) for j in (batch["labels"][i] != IGNORE).nonzero().flatten()]
+    assert float(model.loss(logits, batch["labels"])) == pytest.approx(float(sum(by_hand) / len(by_hand)),
+                                                                       rel=1e-6)
+
+
+def forcing(model, answers: list[str]):
+    """``prefix_allowed_tokens_fn`` that makes greedy generation write ``answers[i]`` for sample i."""
+    width = {}
+
+    def allowed(i: int, ids: torch.Tensor) -> list[int]:
+        width.setdefault("prompt", ids.shape[0])
+        target = model.answer_ids(answers[i])
+        step = ids.shape[0] - width["prompt"]
+        return [target[step] if step < len(target) else model.tokenizer.eos_token_id]
+
+    return allowed
+
+
+def test_forced_right_answers_score_100_and_forced_wrong_ones_0(partition):
+    model = generator("tiny-llava", partition)
+    samples = partition.test[:6]
+    right = [partition.labels[s.target] for s in samples]
+    wrong = [partition.labels[(s.target + 1) % len(partition.labels)] for s in samples]
+    generate = model.backbone.generate
+    for answers, expected in ((right, 1.0), (wrong, 0.0)):
+        model.backbone.generate = partial(generate, prefix_allowed_tokens_fn=forcing(model, answers))
+        result = tasks.evaluate(model, samples, batch_size=len(samples))
+        assert result["accuracy"] == expected
+        assert all(result[f"accuracy-{s.qtype}"] == expected for s in samples)
+    model.backbone.generate = generate
+
+
+def test_answers_are_normalised_as_vqa_accuracy_does():
+    assert normalize_answer("The Circle.") == "circle"
+    assert normalize_answer("  a  RED, square!") == "red square"
+    assert normalize_answer("yes") != normalize_answer("no")
+
+
+def brute_force_eigenvalues(model, samples) -> np.ndarray:
+    """λ₁ of J Jᵀ per layer, J's rows from one backward pass per sample, each alone in its batch."""
+    model.eval()
+    rows = []
+    for sample in samples:
+        batch = model.collate([sample])
+        loss = model.loss(model(batch), batch["labels"])
+        names = [n for layer in range(len(model.layer_names))
+                 for n in tasks.layer_parameter_names(model, layer)]
+        params = dict(model.named_parameters())
+        grads = torch.autograd.grad(loss, [params[n] for n in names])
+        rows.append(dict(zip(names, grads, strict=True)))
+    values = []
+    for layer in range(len(model.layer_names)):
+        names = tasks.layer_parameter_names(model, layer)
+        j = torch.stack([torch.cat([r[n].reshape(-1) for n in names]) for r in rows]).double()
+        values.append(principal_eigenvalue(j @ j.T))
+    return np.array(values)
+
+
+@pytest.mark.parametrize("family", ["tiny-llava", "idefics3", "blip2"])
+def test_lntk_per_block_equals_brute_force(family, partition, checkpoints):
+    name = family if family == "tiny-llava" else f"hf:{checkpoints[family]}"
+    model = generator(name, partition)
+    tasks.train(model, partition.train, np.ones(len(model.layer_names), bool), steps=2, batch_size=4,
+                lr=1e-2)  # LoRA B leaves zero, so every layer's gradient is non-trivial
+    samples = partition.train[:4]
+    with pytest.warns() if family == "blip2" else contextlib.nullcontext():  # OPT flattens tokens
+        scored = tasks.layer_scores(model, samples).eigenvalues
+    expected = brute_force_eigenvalues(model, samples)
+    assert (expected > 0).all()
+    np.testing.assert_allclose(scored, expected, rtol=1e-6)
+
+
+def test_vlm_layers_pick_decoder_blocks_vision_blocks_and_projector(partition):
+    language = generator("tiny-llava", partition)
+    assert language.layer_names == [f"backbone.model.language_model.layers.{i}" for i in range(4)]
+    vision = generator("tiny-llava", partition, vlm_layers="vision")
+    assert vision.layer_names == ["backbone.model.vision_tower.encoder.layers.0",
+                                  "backbone.model.vision_tower.encoder.layers.1",
+                                  "backbone.model.multi_modal_projector"]
+    both = generator("tiny-llava", partition, vlm_layers="both")
+    assert both.layer_names == vision.layer_names + language.layer_names
+    modules = {k.split(":")[1].rsplit(".lora_", 1)[0].rpartition(".")[2]
+               for k in tasks.get_layer_state(language, [0])}
+    assert modules == {"q_proj", "k_proj", "v_proj", "o_proj", "gate_proj", "up_proj", "down_proj"}
+    narrow = generator("tiny-llava", partition, lora_targets=("q_proj", "v_proj"))
+    assert {k.split(".lora_")[0].rpartition(".")[2] for k in tasks.get_layer_state(narrow, [0])} == {
+        "q_proj", "v_proj"}
+    with pytest.raises(ValueError, match="vlm-layers 'decoder' is unknown"):
+        generator("tiny-llava", partition, vlm_layers="decoder")
+
+
+@pytest.mark.parametrize("family", list(FAMILIES))
+def test_each_family_runs_two_federated_rounds_with_f3ocus_through_hf_dir(family, checkpoints, tmp_path):
+    code, out, err = simulate("--num-clients", "2", "--run-config",
+                              f"model='hf:{checkpoints[family]}' budgets='2,1' {RUN} "
+                              f"results-dir='{tmp_path}' run-name='run'")
+    assert code == 0, out[-2000:] + err[-2000:]
+    rows = [json.loads(line) for line in (tmp_path / "run" / "clients.jsonl").read_text().splitlines()]
+    assert sorted((r["round"], r["partition-id"]) for r in rows) == [(1, 0), (1, 1), (2, 0), (2, 1)]
+    for row in rows:
+        assert 0.0 <= row["evaluate"]["accuracy"] <= 1.0
+        assert {"accuracy-shape", "accuracy-color", "accuracy-yes/no"} & set(row["evaluate"])
+        assert len(row["mask"]) == row["budget"]
+
+
+@pytest.mark.parametrize(("aggregation", "extra"), [("masked-fedavg", ""), ("fedpia", ""), ("local", ""),
+                                                     ("sima", "sima-freq=1"),
+                                                     ("sima", "adapter='pq-lora' num-blocks=2")])
+def test_every_aggregation_runs_with_a_generative_model(aggregation, extra, tmp_path):
+    code, out, err = simulate("--num-clients", "2", "--run-config",
+                              f"model='tiny-llava' budgets='2' aggregation='{aggregation}' {extra} {RUN} "
+                              f"results-dir='{tmp_path}' run-name='run'")
+    assert code == 0, out[-2000:] + err[-2000:]
+    rounds = [json.loads(line) for line in (tmp_path / "run" / "rounds.jsonl").read_text().splitlines()]
+    assert len(rounds) == 2 and all(r["aggregated"] and r["failures"] == 0 for r in rounds)
+
+
+@pytest.mark.parametrize("strategy", ["lntk", "random", "last", "all", "none", "snip", "grasp", "synflow"])
+def test_selection_rules_run_with_a_generative_model(strategy, tmp_path):
+    code, out, err = simulate("--num-clients", "2", "--run-config",
+                              f"model='tiny-llava' budgets='2' strategy='{strategy}' "
+                              f"{RUN.replace('num-server-rounds=2', 'num-server-rounds=1')} "
+                              f"results-dir='{tmp_path}' run-name='run'")
+    assert code == 0, out[-2000:] + err[-2000:]
+    rows = [json.loads(line) for line in (tmp_path / "run" / "clients.jsonl").read_text().splitlines()]
+    assert all(0.0 <= r["evaluate"]["accuracy"] <= 1.0 for r in rows)
+    if strategy == "none":  # no head and no adapters: the zero-shot row, nothing sent
+        assert all(r["bytes-up"] == 0 and not r["mask"] for r in rows)
+
+
+def one_line(err: str) -> str:
+    line = err.strip()
+    assert line.startswith("error: ") and "\n" not in line, err
+    return line
+
+
+def test_bad_generative_settings_fail_before_round_1_with_one_line(checkpoints, tmp_path):
+    code, _, err = simulate("--num-clients", "2", "--run-config", f"model='tiny-llava' quantization='4bit' "
+                            f"device='cpu' {RUN} results-dir='{tmp_path}'")
+    assert code == 2 and "quantization = '4bit' needs a CUDA device" in one_line(err)
+    code, _, err = simulate("--run-config",
+                            f"model='tiny-llava' vlm-layers='decoder' results-dir='{tmp_path}'")
+    assert code == 2 and "vlm-layers = 'decoder' is unknown" in one_line(err)
+    bare = tmp_path / "no-processor"
+    model, _ = __import__("tasks.models.tiny_llava", fromlist=["tiny_llava"]).tiny_llava()
+    model.save_pretrained(bare)
+    code, _, err = simulate("--run-config", f"model='hf:{bare}' {RUN} results-dir='{tmp_path}'")
+    assert code == 2 and "has no processor" in one_line(err)
+    assert not list(tmp_path.glob("*/rounds.jsonl"))
+
+
+@pytest.mark.skipif(importlib.util.find_spec("torchvision") is not None, reason="torchvision is installed")
+def test_a_qwen2_vl_checkpoint_without_torchvision_is_one_line(tmp_path):
+    folder = save_qwen2vl(tmp_path / "qwen")
+    code, _, err = simulate("--run-config", f"model='hf:{folder}' {RUN} results-dir='{tmp_path}'")
+    assert code == 2 and "need torchvision" in one_line(err)

@@ -1,0 +1,110 @@
+"""Tiny random image-text-to-text checkpoints of several families, saved with their processors.
+
+Built from configs (as transformers' own tests do), with the byte-level tokenizer of
+`tasks.models.tiny_llava` (nothing downloaded), and saved to a folder for ``model = "hf:<dir>"``:
+LLaVA (CLIP vision tower, Llama decoder, chat template), Idefics3/SmolVLM (SigLIP-style vision,
+pixel-shuffle connector, Llama decoder, chat template) and BLIP-2 (vision, Q-Former, OPT decoder,
+no chat template: the model's "Question: ... Answer:" prompt). Qwen2-VL's processor needs
+torchvision, which CPU machines here lack, so `save_qwen2vl` writes its model and the processor's
+files by hand: loading it must fail with one line.
+"""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import torch
+
+from tasks.models.tiny_llava import LLAVA_TEMPLATE, TINY_TEXT, byte_tokenizer, llava_processor, tiny_llava
+
+IDEFICS_TEMPLATE = (
+    "{% for m in messages %}{% if m['role'] == 'user' %}User:{% for c in m['content'] %}"
+    "{% if c['type'] == 'image' %}<image>{% else %} {{ c['text'] }}{% endif %}{% endfor %}"
+    "<end_of_utterance>\n"
+    "{% else %}Assistant: {% for c in m['content'] %}{{ c['text'] }}{% endfor %}</s>{% endif %}{% endfor %}"
+    "{% if add_generation_prompt %}Assistant:{% endif %}"
+)
+VISION = {"hidden_size": 32, "intermediate_size": 64, "num_hidden_layers": 2, "num_attention_heads": 2,
+          "image_size": 32, "patch_size": 8}
+
+
+def _ids(tok) -> dict:
+    return {"vocab_size": len(tok), "pad_token_id": tok.pad_token_id, "bos_token_id": tok.bos_token_id,
+            "eos_token_id": tok.eos_token_id}
+
+
+def save_llava(path: Path) -> Path:
+    torch.manual_seed(0)
+    model, processor = tiny_llava(llava_processor())
+    model.save_pretrained(path)
+    processor.save_pretrained(path)
+    return path
+
+
+def save_idefics3(path: Path) -> Path:
+    from transformers import (
+        Idefics3Config,
+        Idefics3ForConditionalGeneration,
+        Idefics3ImageProcessor,
+        Idefics3Processor,
+    )
+
+    torch.manual_seed(0)
+    tok = byte_tokenizer(extra=("<fake_token_around_image>", "<end_of_utterance>", "<global-img>"))
+    images = Idefics3ImageProcessor(size={"longest_edge": 32}, max_image_size={"longest_edge": 32},
+                                    do_image_splitting=False)
+    processor = Idefics3Processor(image_processor=images, tokenizer=tok, image_seq_len=4,
+                                  chat_template=IDEFICS_TEMPLATE)
+    text = {"model_type": "llama", **TINY_TEXT, **_ids(tok)}
+    config = Idefics3Config(vision_config=VISION, text_config=text,
+                            image_token_id=tok.convert_tokens_to_ids("<image>"), scale_factor=2,
+                            pad_token_id=tok.pad_token_id)
+    Idefics3ForConditionalGeneration(config).save_pretrained(path)
+    processor.save_pretrained(path)
+    return path
+
+
+def save_blip2(path: Path) -> Path:
+    from transformers import Blip2Config, Blip2ForConditionalGeneration, Blip2Processor, BlipImageProcessor
+
+    torch.manual_seed(0)
+    tok = byte_tokenizer()
+    processor = Blip2Processor(image_processor=BlipImageProcessor(size={"height": 32, "width": 32}),
+                               tokenizer=tok, num_query_tokens=4)
+    text = {"model_type": "opt", "hidden_size": 32, "ffn_dim": 64, "num_hidden_layers": 4,
+            "num_attention_heads": 2, "max_position_embeddings": 512, "word_embed_proj_dim": 32, **_ids(tok)}
+    config = Blip2Config(vision_config=VISION, text_config=text, num_query_tokens=4,
+                         qformer_config={"hidden_size": 32, "intermediate_size": 64, "num_hidden_layers": 2,
+                                         "num_attention_heads": 2, "encoder_hidden_size": 32},
+                         image_token_index=tok.convert_tokens_to_ids("<image>"))
+    Blip2ForConditionalGeneration(config).save_pretrained(path)
+    processor.save_pretrained(path)
+    return path
+
+
+def save_qwen2vl(path: Path) -> Path:
+    """A tiny Qwen2-VL model with its processor's files written by hand (see the module doc)."""
+    from transformers import Qwen2VLConfig, Qwen2VLForConditionalGeneration
+
+    torch.manual_seed(0)
+    tok = byte_tokenizer(extra=("<|vision_start|>", "<|image_pad|>", "<|vision_end|>", "<|video_pad|>"))
+    config = Qwen2VLConfig(
+        text_config={**TINY_TEXT, **_ids(tok), "rope_parameters": {
+            "rope_type": "default", "mrope_section": [2, 2, 4], "rope_theta": 1e4}},
+        vision_config={"depth": 2, "embed_dim": 32, "hidden_size": 32, "num_heads": 2, "mlp_ratio": 2,
+                       "patch_size": 8, "spatial_merge_size": 2, "temporal_patch_size": 2},
+        image_token_id=tok.convert_tokens_to_ids("<|image_pad|>"),
+        video_token_id=tok.convert_tokens_to_ids("<|video_pad|>"),
+        vision_start_token_id=tok.convert_tokens_to_ids("<|vision_start|>"),
+        vision_end_token_id=tok.convert_tokens_to_ids("<|vision_end|>"))
+    Qwen2VLForConditionalGeneration(config).save_pretrained(path)
+    tok.save_pretrained(path)
+    (path / "preprocessor_config.json").write_text(json.dumps({
+        "image_processor_type": "Qwen2VLImageProcessor", "processor_class": "Qwen2VLProcessor",
+        "min_pixels": 1024, "max_pixels": 1024, "patch_size": 8, "merge_size": 2, "temporal_patch_size": 2}))
+    (path / "processor_config.json").write_text(json.dumps({"processor_class": "Qwen2VLProcessor"}))
+    return path
+
+
+__all__ = ["LLAVA_TEMPLATE", "save_blip2", "save_idefics3", "save_llava", "save_qwen2vl"]
