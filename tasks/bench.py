@@ -3,6 +3,7 @@ F3OCUS's overhead is 151.4 s vs 137.5 s per round, i.e. ~10%).
 
     python -m tasks.bench --model minilm-effnet --dataset easy-vqa --json
     python -m tasks.bench --repeat 5      # 5 fresh processes: median, min and max of each figure
+    python -m tasks.bench --model tiny-llava --budgets 1,2,4   # per budget k: s/step, overhead, memory
 
 The scoring batch, local steps, batch size and learning rates default to the app's own run config
 (`[tool.flwr.app.config]` in pyproject.toml), so "one local round" is the round a client really
@@ -70,10 +71,15 @@ def run(
     partition: int = 0,
     rank_check: bool = False,
     rank_reference: int = 64,
+    budgets: tuple[int, ...] = (),
+    device: str = "cpu",
+    model_options: dict | None = None,
 ) -> dict[str, float]:
     load_start = os.getloadavg()[0]
     part = load_partition(dataset, partition, 5, "by-question-type", seed=seed)
-    model = build_model(model_name, len(part.labels), task=part.task, seed=seed)
+    model = build_model(model_name, len(part.labels), task=part.task, seed=seed,
+                        **(model_options or {})).to(device)
+    model.answers = tuple(part.labels)  # a generative model writes its answers as text
     with torch.no_grad():  # warm-up
         model(model.collate(part.train[:batch_size]))
     first = layer_scores(model, part.train[:scoring_batch])
@@ -84,12 +90,15 @@ def run(
     mask[np.argsort(-scores.scores)[: min(budget, len(mask))]] = True
     start, cpu = time.perf_counter(), time.process_time()
     train(model, part.train, mask, steps=steps, batch_size=batch_size, lr=APP["lr"],
-          head_lr=APP["head-lr"], weight_decay=APP["weight-decay"])
+          head_lr=APP["head-lr"], weight_decay=APP["weight-decay"], device=device)
     train_s, train_cpu = time.perf_counter() - start, time.process_time() - cpu
     peak_rss_mb = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024
     load = os.getloadavg()[0]
     extra = (rank_agreement(model, part.train, scoring_batch, int(mask.sum()), reference=rank_reference)
              if rank_check else {})
+    if budgets:
+        extra["per_budget"] = per_budget(model, part.train, scores.scores, scores.seconds, budgets, steps,
+                                         batch_size)
     return {
         "model": model_name,
         "dataset": dataset,
@@ -113,6 +122,37 @@ def run(
         "load_avg_1m": round(load, 2),
         **extra,
     }
+
+
+def peak_memory_mb(device: torch.device) -> float:
+    """CUDA: the most memory allocated since the last reset; else the process's peak RSS (it
+    only grows, so on CPU a later budget's figure includes the earlier ones')."""
+    if device.type == "cuda":
+        return torch.cuda.max_memory_allocated(device) / 2**20
+    return resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024
+
+
+def per_budget(model, samples: list, scores: np.ndarray, lntk_s: float, budgets: tuple[int, ...],
+               steps: int, batch_size: int) -> list[dict[str, float]]:
+    """For each budget k: one local round on the top-k LNTK layers; seconds per local step, the
+    LNTK overhead (lntk_s over that round) and peak memory."""
+    rows = []
+    for k in budgets:
+        mask = np.zeros(len(model.layer_names), bool)
+        mask[np.argsort(-scores)[: min(k, len(mask))]] = True
+        if model.device.type == "cuda":
+            torch.cuda.synchronize(model.device)
+            torch.cuda.reset_peak_memory_stats(model.device)
+        start = time.perf_counter()
+        train(model, samples, mask, steps=steps, batch_size=batch_size, lr=APP["lr"],
+              head_lr=APP["head-lr"], weight_decay=APP["weight-decay"], device=str(model.device))
+        if model.device.type == "cuda":
+            torch.cuda.synchronize(model.device)
+        seconds = time.perf_counter() - start
+        rows.append({"k": int(mask.sum()), "step_s": round(seconds / steps, 4),
+                     "overhead": round(lntk_s / seconds, 4),
+                     "peak_mb": round(peak_memory_mb(model.device), 1)})
+    return rows
 
 
 def rank_agreement(
@@ -174,11 +214,12 @@ def child_argv(args: argparse.Namespace) -> list[str]:
     """The command line of one of `--repeat`'s runs: the same settings, run once."""
     argv = []
     for key in ("model", "dataset", "scoring_batch", "steps", "batch_size", "budget", "seed",
-                "partition", "rank_reference", "threads"):
+                "partition", "rank_reference", "threads", "budgets", "device", "dtype"):
         value = getattr(args, key)
-        if value is not None:
+        if value is not None and value != "":
             argv += [f"--{key.replace('_', '-')}", str(value)]
-    return argv + (["--rank-check"] if args.rank_check else [])
+    return (argv + (["--rank-check"] if args.rank_check else [])
+            + (["--gradient-checkpointing"] if args.gradient_checkpointing else []))
 
 
 def main(argv: list[str] | None = None) -> None:
@@ -198,6 +239,13 @@ def main(argv: list[str] | None = None) -> None:
     parser.add_argument("--threads", type=int, default=None, help="torch threads (default: torch's)")
     parser.add_argument("--repeat", type=_positive, default=1,
                         help="runs, each in a fresh process; prints median, min and max of each figure")
+    parser.add_argument("--budgets", default="",
+                        help="comma-separated budgets k: per k, seconds per local step, LNTK overhead "
+                             "and peak memory (CUDA max allocated, else process RSS)")
+    parser.add_argument("--device", default="cpu", help="device of the model (default cpu)")
+    parser.add_argument("--dtype", default="float32", choices=("float32", "bfloat16", "float16"),
+                        help="generative models' frozen weights")
+    parser.add_argument("--gradient-checkpointing", action="store_true")
     parser.add_argument("--json", action="store_true", help="print one JSON line")
     args = parser.parse_args(argv)
     if args.repeat > 1:
@@ -228,12 +276,21 @@ def main(argv: list[str] | None = None) -> None:
         partition=args.partition,
         rank_check=args.rank_check,
         rank_reference=args.rank_reference,
+        budgets=tuple(int(k) for k in args.budgets.split(",") if k.strip()),
+        device=args.device,
+        model_options={"dtype": args.dtype, "gradient_checkpointing": args.gradient_checkpointing,
+                       "device": args.device},
     )
     if args.json:
         print(json.dumps(result))
     else:
         for key, value in result.items():
-            print(f"{key:>14}: {value}")
+            if key != "per_budget":
+                print(f"{key:>14}: {value}")
+        if result.get("per_budget"):
+            print(f"{'k':>4} {'s/step':>8} {'overhead':>9} {'peak MB':>9}")
+            for row in result["per_budget"]:
+                print(f"{row['k']:>4} {row['step_s']:>8.4f} {row['overhead']:>9.4f} {row['peak_mb']:>9.1f}")
     sys.stdout.flush()
 
 
