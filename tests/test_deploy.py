@@ -4,9 +4,9 @@ starts the federation).
 
 The runs set no run-config ``budgets``, so the budgets the sites declare (node config) are the only
 source. The refused nodes each have one fault and are all tried at once against the same SuperLink.
-The killed-node run comes last and reuses the federation and its sites' warm workers: a federation
-of its own cost another start (SuperLink, registrations, SuperNodes) and three cold workers, about
-45 s of the suite's CPU.
+A generative run (tiny-llava) uses the same sites. The killed-node run comes last and reuses the
+federation and its sites' warm workers: a federation of its own cost another start (SuperLink,
+registrations, SuperNodes) and three cold workers, about 45 s of the suite's CPU.
 
 The SuperNodes send Flower's most frequent heartbeat (tests/fast_supernode.py: every ~4 s, declared
 interval 10 s), so the SuperLink marks the killed node offline about 20 s after the kill instead of
@@ -120,6 +120,22 @@ def test_three_authenticated_nodes_complete_two_rounds_with_their_own_budgets(fe
         assert stored, name
         assert any(key.startswith(LOCAL) for key in load_file(stored[-1])), name
     assert not (run_dir / "clients").exists()
+
+
+def test_a_generative_model_runs_deployed_and_records_generated_answer_accuracy(federation, tmp_path):
+    """tiny-llava (issue 28) on the same sites: one F3OCUS round, answers generated and scored."""
+    config = run_config(tmp_path, "generative", **{"num-server-rounds": 1, "round-timeout": 600})
+    result = federation.run(config.replace("model='tiny-vilt'", "model='tiny-llava'"), timeout=RUN_TIMEOUT)
+    assert result.ok, result.output[-3000:]
+    run_dir = tmp_path / "generative"
+    assert json.loads((run_dir / "config.json").read_text())["model"] == "tiny-llava"
+    budget_of = {federation.node_ids[name]: budget for name, budget in BUDGETS.items()}
+    rows = read_jsonl(run_dir / "clients.jsonl")
+    assert sorted(r["node"] for r in rows) == sorted(budget_of)
+    for row in rows:
+        assert len(row["mask"]) == budget_of[row["node"]]
+        assert 0.0 <= row["evaluate"]["accuracy"] <= 1.0
+        assert any(key.startswith("accuracy-") for key in row["evaluate"])  # per question type
 
 
 def test_killed_node_is_recorded_the_run_completes_and_the_restarted_node_rejoins(federation, tmp_path):
