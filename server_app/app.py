@@ -16,6 +16,7 @@ import tasks
 from flower_compat import FlowerVersionError, check_version
 from server_app.results import Recorder, load_checkpoint
 from settings import ConfigError, RunConfig, check_budgets, check_model_here
+from settings.config import parse_groups
 from strategies import AGGREGATIONS, SELECTIONS, Aggregator, LayerSelectionStrategy, make_rule
 from strategies.records import State, to_record
 
@@ -90,11 +91,13 @@ def plan_run(config: RunConfig) -> RunPlan:
 
 def aggregator_for(config: RunConfig) -> Aggregator:
     """The run's aggregator with its own run-config settings bound as keywords: FedPIA's γ,
-    integration form and server alignment (off at ``fedpia-level = "client"``); SIMA's τ."""
+    integration form, server alignment (off at ``fedpia-level = "client"``) and its iterations;
+    SIMA's τ; the group oracle's client groups."""
     keywords = {
         "fedpia": lambda: {"gamma": config.fedpia_gamma, "integration": config.fedpia_integration,
-                           "align": config.fedpia_level != "client"},
+                           "align": config.fedpia_level != "client", "iterations": config.fedpia_iterations},
         "sima": lambda: {"tau": config.sima_tau},
+        "group-oracle": lambda: {"groups": parse_groups(config.client_groups)},
     }
     aggregator = AGGREGATIONS[config.aggregation]
     if config.aggregation not in keywords:

@@ -24,7 +24,7 @@ from tasks.names import DATASETS, DTYPES, MODEL_SIZES, MODELS
 
 PROJECT_ROOT = Path(__file__).resolve().parent.parent
 OPTIMIZERS = SEARCHES  # the optimising algorithms, not the references (topk, random, last)
-AGGREGATIONS = ("masked-fedavg", "fedpia", "sima", "local")
+AGGREGATIONS = ("masked-fedavg", "fedpia", "sima", "local", "group-oracle")
 """Names of `strategies.aggregation.AGGREGATIONS`, kept here so that settings (read by both apps)
 need not import the server's strategies; tests/test_selection_registry.py keeps the two equal."""
 HEADS_ONLY = "none"
@@ -54,7 +54,7 @@ BOUNDS = {
     "fraction-train": (0.0, 1.0), "fraction-evaluate": (0.0, 1.0), "round-timeout": (0.0, None),
     "seed": (0, None), "fedpia-gamma": (0.0, None), "fedpia-samples": (1, None),
     "sima-tau": (0.0, None), "sima-ema": (0.0, 1.0), "sima-freq": (1, None), "num-blocks": (1, None),
-    "max-new-tokens": (0, None),
+    "max-new-tokens": (0, None), "fedpia-iterations": (1, None),
 }
 STRICT_LOW = ("lr", "head-lr", "round-timeout", "fraction-train", "sima-tau", "sima-ema")
 DEVICES = ("auto", "cpu", "cuda", "cuda:<i>", "mps")
@@ -146,6 +146,8 @@ class RunConfig:
     dtype: str
     quantization: str
     gradient_checkpointing: bool
+    client_groups: str
+    fedpia_iterations: int
 
     @classmethod
     def keys(cls) -> tuple[str, ...]:
@@ -186,6 +188,10 @@ class RunConfig:
         if len(set(sizes)) > 1 and self.adapter != "pq-lora":
             raise ConfigError(f"model-sizes = {self.model_sizes!r} mixes sizes, which only adapter = "
                               f"'pq-lora' can share (got {self.adapter!r})")
+        groups = parse_groups(self.client_groups)
+        if self.aggregation == "group-oracle" and not groups:
+            raise ConfigError("aggregation = 'group-oracle' needs client-groups, one group id per "
+                              "partition id, e.g. client-groups = '0,0,1,1'")
         if self.run_name in (".", "..") or "/" in self.run_name or "\\" in self.run_name:
             raise ConfigError(f"run-name = {self.run_name!r} must be a plain folder name")
         if strategies and self.strategy not in strategies:
@@ -206,6 +212,14 @@ class RunConfig:
 
     def to_dict(self) -> dict[str, object]:
         return {f.name.replace("_", "-"): getattr(self, f.name) for f in fields(self)}
+
+
+def parse_groups(value: str, key: str = "client-groups") -> list[int]:
+    """Group id per partition id (cycled like ``budgets``): comma-separated ints >= 0; "" = none."""
+    parts = [p.strip() for p in value.split(",")] if value.strip() else []
+    if not all(p.isdigit() for p in parts):
+        raise ConfigError(f"{key} = {value!r} must list group ids (ints >= 0), comma-separated")
+    return [int(p) for p in parts]
 
 
 def parse_model_sizes(value: str, model: str, key: str = "model-sizes") -> list[str]:

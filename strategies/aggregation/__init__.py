@@ -13,18 +13,21 @@ alignment, FedMosaic's SIMA) is one new module plus one line here and in
   client (its keyword ``tau`` is the run config's ``sima-tau``).
 - ``local`` (`local`): no aggregation, each client keeps its own adapters (FedMosaic's local-only
   reference).
+- ``group-oracle`` (`group_oracle`): FedAvg within client groups known in advance
+  (``client-groups``), the upper reference for personalised aggregation.
 """
 
 from __future__ import annotations
 
 from strategies.aggregation.fedpia import fedpia
+from strategies.aggregation.group_oracle import group_oracle
 from strategies.aggregation.local import local_only
 from strategies.aggregation.masked_fedavg import masked_fedavg
 from strategies.aggregation.sima import sima
 from strategies.aggregation.types import Aggregate, Aggregator, ClientUpdate
 
 AGGREGATIONS: dict[str, Aggregator] = {"masked-fedavg": masked_fedavg, "fedpia": fedpia, "sima": sima,
-                                   "local": local_only}
+                                   "local": local_only, "group-oracle": group_oracle}
 
-__all__ = ["AGGREGATIONS", "Aggregate", "Aggregator", "ClientUpdate", "fedpia", "local_only", "masked_fedavg",
-           "sima"]
+__all__ = ["AGGREGATIONS", "Aggregate", "Aggregator", "ClientUpdate", "fedpia", "group_oracle", "local_only",
+           "masked_fedavg", "sima"]

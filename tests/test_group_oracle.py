@@ -1,0 +1,48 @@
+"""The group oracle (issue 29): FedAvg within client groups known in advance, the upper reference
+for personalised aggregation. Planted groups: each client must get exactly its group's mean."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+
+from settings import ConfigError, RunConfig, default_config
+from strategies.aggregation import AGGREGATIONS, ClientUpdate, group_oracle, masked_fedavg
+
+
+def update(node: int, pid: int, value: float, examples: int, keys=("0:a", "1:b")) -> ClientUpdate:
+    return ClientUpdate(node, {k: np.full((2, 3), value, np.float32) for k in keys}, examples,
+                        metrics={"partition-id": pid})
+
+
+def test_each_client_receives_exactly_its_planted_groups_weighted_mean():
+    state = {"0:a": np.zeros((2, 3), np.float32), "1:b": np.zeros((2, 3), np.float32),
+             "2:c": np.full((2, 3), 7.0, np.float32)}
+    updates = [update(10, 0, 1.0, 10), update(11, 1, 3.0, 30),  # group 0: (1·10 + 3·30) / 40 = 2.5
+               update(12, 2, -4.0, 5), update(13, 3, -2.0, 15),  # group 1: (−4·5 − 2·15) / 20 = −2.5
+               update(14, 4, 100.0, 1, keys=("1:b",))]  # partition 4 -> groups[4 % 4] = group 0
+    result = group_oracle(state, updates, groups=[0, 0, 1, 1])
+    expected = {10: {"0:a": 2.5, "1:b": (10 + 90 + 100) / 41}, 11: {"0:a": 2.5, "1:b": (10 + 90 + 100) / 41},
+                12: {"0:a": -2.5, "1:b": -2.5}, 13: {"0:a": -2.5, "1:b": -2.5}}
+    for node, values in expected.items():
+        for key, value in values.items():
+            np.testing.assert_allclose(result.personal[node][key], value, rtol=1e-6)
+        np.testing.assert_array_equal(result.personal[node]["2:c"], 7.0)  # nobody trained it
+    np.testing.assert_allclose(result.personal[14]["1:b"], (10 + 90 + 100) / 41, rtol=1e-6)
+    for key in ("0:a", "1:b"):  # the shared state is the masked FedAvg of everyone
+        np.testing.assert_allclose(result.global_state[key], masked_fedavg(state, updates).global_state[key])
+    assert AGGREGATIONS["group-oracle"] is group_oracle
+
+
+def test_one_group_is_masked_fedavg_and_bad_groups_are_one_line_errors():
+    state = {"0:a": np.zeros((2, 3), np.float32), "1:b": np.zeros((2, 3), np.float32)}
+    updates = [update(1, 0, 1.0, 1), update(2, 1, 2.0, 3)]
+    result = group_oracle(state, updates, groups=[0])
+    fedavg = masked_fedavg(state, updates).global_state
+    assert all(np.array_equal(result.personal[n]["0:a"], fedavg["0:a"]) for n in (1, 2))
+    with pytest.raises(ValueError, match="node 3 sent no partition id"):
+        group_oracle(state, [ClientUpdate(3, {}, 1)], groups=[0])
+    with pytest.raises(ConfigError, match="needs client-groups"):
+        RunConfig.from_mapping({**default_config(), "aggregation": "group-oracle"})
+    with pytest.raises(ConfigError, match="client-groups = '0,x' must list group ids"):
+        RunConfig.from_mapping({**default_config(), "client-groups": "0,x"})
