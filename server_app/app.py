@@ -59,7 +59,7 @@ def plan_run(config: RunConfig) -> RunPlan:
     """
     check_model_here(config.model)
     try:
-        model = tasks.build_model(config.model, 1, adapter=config.adapter,
+        model = tasks.build_model(config.model, answer_count(config), adapter=config.adapter,
                                   lora_rank=config.lora_rank, seed=config.seed,
                                   gated=config.aggregation == "sima", num_blocks=config.num_blocks,
                                   **config.model_kwargs(client=False))
@@ -87,6 +87,19 @@ def plan_run(config: RunConfig) -> RunPlan:
         raise ConfigError(f"run-name = {config.run_name!r}: {run_dir} already holds a run; "
                           "pick another run-name or set resume-from")
     return RunPlan(layer_names, initial, run_dir)
+
+
+def answer_count(config: RunConfig) -> int:
+    """The head's outputs the server must hold: the data set's answers when the head is shared
+    (its initial state is the clients'), else 1 (the server holds no head)."""
+    if config.head != "shared":
+        return 1
+    try:
+        part = tasks.load_partition(config.dataset, 0, 1, "iid", seed=config.seed, max_train=1, max_test=1)
+    except (ValueError, OSError) as err:
+        raise ConfigError(f"head = 'shared' needs the data set's answers on the server, but dataset = "
+                          f"{config.dataset!r} cannot be loaded here: {err}") from None
+    return len(part.labels)
 
 
 def aggregator_for(config: RunConfig) -> Aggregator:

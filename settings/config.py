@@ -43,6 +43,7 @@ CHOICES = {
     "vlm-layers": ("language", "vision", "both"),
     "dtype": DTYPES,
     "quantization": ("none", "4bit"),
+    "head": ("private", "shared"),
 }
 # (low, high) bounds; None = unbounded on that side
 BOUNDS = {
@@ -148,6 +149,7 @@ class RunConfig:
     gradient_checkpointing: bool
     client_groups: str
     fedpia_iterations: int
+    head: str
 
     @classmethod
     def keys(cls) -> tuple[str, ...]:
@@ -208,7 +210,8 @@ class RunConfig:
                 "vlm_layers": self.vlm_layers, "max_new_tokens": self.max_new_tokens,
                 "dtype": resolve_dtype(self.dtype, device) if client else "float32",
                 "quantization": self.quantization if client else "none",
-                "gradient_checkpointing": self.gradient_checkpointing, "device": device}
+                "gradient_checkpointing": self.gradient_checkpointing, "device": device,
+                "shared_head": self.head == "shared"}
 
     def to_dict(self) -> dict[str, object]:
         return {f.name.replace("_", "-"): getattr(self, f.name) for f in fields(self)}

@@ -33,7 +33,7 @@ from flwr.serverapp.strategy import Result, Strategy
 
 from metaheuristics import Assignment
 from strategies.aggregation import Aggregator, ClientUpdate, masked_fedavg
-from strategies.records import State, from_record, record_bytes, to_record
+from strategies.records import State, from_record, layer_index, record_bytes, to_record
 from strategies.selection import SelectionRule
 from strategies.validation import (
     ARRAYS_KEY,
@@ -178,6 +178,12 @@ class LayerSelectionStrategy(Strategy):
         size = min(len(nodes), max(self.min_nodes, round(fraction * len(nodes))))
         return sorted(random.Random(self.seed * 100_003 + server_round * 7 + salt).sample(nodes, size))
 
+    @property
+    def shared_units(self) -> list[int]:
+        """Units of the global state past the L selectable layers (a shared answer head,
+        `tasks.adapters.shared_units`): every client trains and sends them whatever its mask."""
+        return sorted({layer_index(k) for k in self.global_state} - set(range(self.num_layers)))
+
     def _state_for(self, node_id: int) -> State:
         return self.personal.get(node_id, self.global_state)
 
@@ -282,7 +288,7 @@ class LayerSelectionStrategy(Strategy):
             try:
                 if node not in log_.masks:
                     raise Rejected("reply from a node that was not assigned layers this round")
-                assigned = np.flatnonzero(log_.masks[node])
+                assigned = [*np.flatnonzero(log_.masks[node]), *self.shared_units]
                 report = log_.reports.get(node)
                 update = check_update(msg, self._state_for(node), assigned,
                                       expected_examples=report.num_examples if report else None)

@@ -13,6 +13,8 @@
 
 Shared state travels as {f"{layer_index}:{parameter_name}": np.ndarray}; personal state (head,
 image->text projection) as {parameter_name: np.ndarray} and is never averaged (supplement §C.3).
+With a shared head (run config ``head = "shared"``, issue 29) the answer head is shared state
+instead: unit L (one past the L selectable layers), trained and sent by every client each round.
 """
 
 from __future__ import annotations
@@ -73,9 +75,18 @@ def apply_adapter(model: FederatedVLM, adapter: str, lora_rank: int = 8, *, gate
     freeze_except(model, np.ones(len(model.layer_names), dtype=bool))
 
 
+def shared_units(model: FederatedVLM) -> list[int]:
+    """Indices of the shared units every client trains whatever its mask: the answer head
+    (`FederatedVLM.shared_head`, run config ``head = "shared"``) as unit L, past the L layers."""
+    return [len(model.layer_names)] if model.shared_head else []
+
+
 def layer_parameter_names(model: FederatedVLM, layer: int) -> list[str]:
-    """Names of the trainable unit of selectable layer `layer` (LoRA A/B, or the layer's weights)."""
+    """Names of the trainable unit of selectable layer `layer` (LoRA A/B, or the layer's weights);
+    unit L of a shared head is the head's weight and bias."""
     _check_layer(model, layer)
+    if layer in shared_units(model):
+        return [name for name, _ in model.named_parameters() if is_under(name, ("head",))]
     prefixes = model.layer_prefixes[layer]
     if model.wire_names:  # FedMosaic modules: the local branch (P, Q or LoRA A, B)
         return [name for name, _ in model.named_parameters()
@@ -92,7 +103,8 @@ def layer_parameter_names(model: FederatedVLM, layer: int) -> list[str]:
 def personal_parameter_names(model: FederatedVLM) -> list[str]:
     """Names of the personal parameters: the task head (+ image->text projection); for a gated
     (SIMA) model also every local branch and gate (Eq. 9: the client's own model)."""
-    return [n for n, _ in model.named_parameters() if is_under(n, model.personal_prefixes)
+    prefixes = tuple(p for p in model.personal_prefixes if not (model.shared_head and p == "head"))
+    return [n for n, _ in model.named_parameters() if is_under(n, prefixes)
             or (model.gated and (n in model.wire_names or n.endswith(GATE)))]
 
 
@@ -105,11 +117,12 @@ def layer_of_key(key: str) -> int:
 
 
 def get_layer_state(model: FederatedVLM, layers: Iterable[int]) -> dict[str, np.ndarray]:
-    """Copies of the trainable unit of the chosen layers, keyed f"{layer}:{parameter_name}"."""
+    """Copies of the trainable unit of the chosen layers, keyed f"{layer}:{parameter_name}", and
+    of the shared units every client trains (a shared head, `shared_units`)."""
     params = dict(model.named_parameters())
     return {
         f"{layer}:{model.wire_names.get(name, name)}": params[name].detach().cpu().numpy().copy()
-        for layer in sorted(set(int(x) for x in layers))
+        for layer in sorted(set(int(x) for x in layers) | set(shared_units(model)))
         for name in layer_parameter_names(model, layer)
     }
 
@@ -125,10 +138,9 @@ def set_layer_state(model: FederatedVLM, state: dict[str, np.ndarray]) -> None:
     checked = []
     for key, value in state.items():
         layer = layer_of_key(key)
-        if not 0 <= layer < len(model.layer_names):
-            raise ValueError(
-                f"layer state key {key!r}: layer {layer} out of range 0..{len(model.layer_names) - 1}"
-            )
+        last = len(model.layer_names) - 1 + len(shared_units(model))
+        if not 0 <= layer <= last:
+            raise ValueError(f"layer state key {key!r}: layer {layer} out of range 0..{last}")
         if layer not in units:
             units[layer] = set(layer_parameter_names(model, layer))
         name = key.partition(":")[2]
@@ -164,7 +176,7 @@ def set_personal_state(model: FederatedVLM, state: dict[str, np.ndarray]) -> Non
 def freeze_except(model: FederatedVLM, mask: np.ndarray) -> None:
     """requires_grad only for the masked layers' trainable unit and the personal parameters."""
     keep = set(personal_parameter_names(model)) - set(model.wire_names)  # unmasked local branches off
-    for layer in np.flatnonzero(check_mask(model, mask)):
+    for layer in [*np.flatnonzero(check_mask(model, mask)), *shared_units(model)]:
         keep.update(layer_parameter_names(model, int(layer)))
     for name, p in model.named_parameters():
         p.requires_grad_(name in keep)
@@ -185,8 +197,9 @@ def check_mask(model: FederatedVLM, mask: np.ndarray) -> np.ndarray:
 
 
 def _check_layer(model: FederatedVLM, layer: int) -> None:
-    if not isinstance(layer, (int, np.integer)) or not 0 <= layer < len(model.layer_names):
-        raise ValueError(f"layer must be an int in 0..{len(model.layer_names) - 1}, got {layer!r}")
+    last = len(model.layer_names) - 1 + len(shared_units(model))
+    if not isinstance(layer, (int, np.integer)) or not 0 <= layer <= last:
+        raise ValueError(f"layer must be an int in 0..{last}, got {layer!r}")
 
 
 def _checked_array(key: str, value: np.ndarray, param: torch.Tensor) -> np.ndarray:

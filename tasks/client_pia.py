@@ -117,9 +117,10 @@ def align_global(model: FederatedVLM, global_state: Mapping[str, np.ndarray],
 
 def integrate(aligned_global: Mapping[str, np.ndarray], local: Mapping[str, np.ndarray]
               ) -> dict[str, np.ndarray]:
-    """What the client uploads: the neuron-wise mean of the aligned global and the local adapter."""
-    return {key: ((aligned_global[key] + value) * HALF).astype(value.dtype)
-            for key, value in local.items()}
+    """What the client uploads: the neuron-wise mean of the aligned global and the local adapter;
+    arrays without an aligned global (a shared head) as trained."""
+    return {key: ((aligned_global[key] + value) * HALF).astype(value.dtype) if key in aligned_global
+            else value for key, value in local.items()}
 
 
 @contextmanager

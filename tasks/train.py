@@ -31,6 +31,7 @@ from tasks.adapters import (
     freeze_except,
     layer_parameter_names,
     personal_parameter_names,
+    shared_units,
 )
 from tasks.device import resolve_device
 from tasks.models.base import FederatedVLM
@@ -72,7 +73,8 @@ def train(
     named = dict(model.named_parameters())
     unit_names = [n for layer in chosen for n in layer_parameter_names(model, int(layer))]
     unit = [named[n] for n in unit_names]
-    personal = [named[n] for n in personal_parameter_names(model)
+    heads = [n for layer in shared_units(model) for n in layer_parameter_names(model, layer)]
+    personal = [named[n] for n in [*personal_parameter_names(model), *heads]  # a shared head: head-lr
                 if n not in unit_names and named[n].requires_grad]
     groups = [{"params": personal, "lr": lr if head_lr is None else head_lr}]
     if unit:

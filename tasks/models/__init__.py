@@ -31,6 +31,7 @@ def build_model(
     quantization: str = "none",
     gradient_checkpointing: bool = False,
     device: str = "cpu",
+    shared_head: bool = False,
 ) -> FederatedVLM:
     """Build a model, deterministic for `seed`: random backbone parts (tiny-vilt), the adapters
     and the personal head/projection are drawn from seeded generators, so every client and the
@@ -44,7 +45,8 @@ def build_model(
     ``lora_targets`` keeps LoRA on the named Linear modules only. Generative models
     (`tasks.models.generative`: ``tiny-llava``, an image-text-to-text ``hf:<dir>``) also take
     ``vlm_layers``, ``max_new_tokens``, the frozen weights' ``dtype``, a 4-bit base
-    (``quantization``, on CUDA ``device``) and ``gradient_checkpointing``."""
+    (``quantization``, on CUDA ``device``) and ``gradient_checkpointing``. ``shared_head`` makes the
+    answer head shared state (every client trains it, the server aggregates it)."""
     from tasks.adapters import ADAPTERS, apply_adapter
 
     if not isinstance(name, str) or not (name in MODELS[:-1] or name.startswith("hf:")):
@@ -85,13 +87,14 @@ def build_model(
         if model.generative and task != "vqa":
             raise ValueError(f"model {name!r} generates answers: it takes VQA data sets, not task {task!r}")
         model.lora_targets = tuple(lora_targets)
+        model.shared_head = shared_head and hasattr(model, "head")  # a generator has none to share
         torch.manual_seed(seed + 1)  # adapter init independent of the head's size
         apply_adapter(model, adapter, lora_rank, gated=gated, num_blocks=num_blocks, seed=seed)
     if large and adapter == "pq-lora":
         from tasks.mosaic.align import align_to_pivot
 
         pivot = build_model(name, num_outputs, task, adapter, lora_rank, seed, num_blocks=num_blocks,
-                            lora_targets=lora_targets)
+                            lora_targets=lora_targets, shared_head=shared_head)
         align_to_pivot(model, pivot, seed=seed)
     model.eval()
     return model

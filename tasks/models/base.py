@@ -73,6 +73,7 @@ class FederatedVLM(nn.Module):
         self.personal_prefixes: tuple[str, ...] = ("head",) if head else ()
         self.lora_targets: tuple[str, ...] = ()  # module names LoRA keeps (last name part); () = all
         self.answers: tuple[str, ...] = ()  # the data set's answers (Partition.labels): generators
+        self.shared_head = False  # head = "shared": the answer head is shared state (tasks.adapters)
         self.adapter = "none"  # set by tasks.adapters.apply_adapter
         self.gated = False  # FedMosaic/SIMA local + global branches (tasks.mosaic)
         self.wire_names: dict[str, str] = {}  # parameter name -> shared-state name (tasks.mosaic)
