@@ -282,11 +282,12 @@ def test_a_bad_fedpia_setting_is_a_one_line_error_naming_it(key):
 
 def test_the_server_binds_the_fedpia_settings(tmp_path):
     values = {**default_config(), "aggregation": "fedpia", "fedpia-gamma": 0.25,
-              "fedpia-integration": "paper", "fedpia-level": "client"}
+              "fedpia-integration": "paper", "fedpia-level": "client", "fedpia-iterations": 3}
     config = RunConfig.from_mapping(values, strategies=STRATEGIES)
     strategy = build_strategy(config, 6, Recorder(tmp_path / "run", 1, [f"l{i}" for i in range(6)]))
     assert strategy.aggregator.func is fedpia and strategy.aggregator.__name__ == "fedpia"
-    assert strategy.aggregator.keywords == {"gamma": 0.25, "integration": "paper", "align": False}
+    assert strategy.aggregator.keywords == {"gamma": 0.25, "integration": "paper", "align": False,
+                                            "iterations": 3}
     assert aggregator_for(RunConfig.from_mapping(default_config())) is masked_fedavg
     assert client_app_pia.uses_client_pia(config)
     assert not client_app_pia.uses_client_pia(RunConfig.from_mapping({**values, "fedpia-level": "server"}))
