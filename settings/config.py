@@ -44,6 +44,7 @@ CHOICES = {
     "dtype": DTYPES,
     "quantization": ("none", "4bit"),
     "head": ("private", "shared"),
+    "group-conflict": ("none", "answers"),
 }
 # (low, high) bounds; None = unbounded on that side
 BOUNDS = {
@@ -150,6 +151,7 @@ class RunConfig:
     client_groups: str
     fedpia_iterations: int
     head: str
+    group_conflict: str
 
     @classmethod
     def keys(cls) -> tuple[str, ...]:
@@ -191,9 +193,10 @@ class RunConfig:
             raise ConfigError(f"model-sizes = {self.model_sizes!r} mixes sizes, which only adapter = "
                               f"'pq-lora' can share (got {self.adapter!r})")
         groups = parse_groups(self.client_groups)
-        if self.aggregation == "group-oracle" and not groups:
-            raise ConfigError("aggregation = 'group-oracle' needs client-groups, one group id per "
-                              "partition id, e.g. client-groups = '0,0,1,1'")
+        if (self.aggregation == "group-oracle" or self.group_conflict != "none") and not groups:
+            raise ConfigError(f"aggregation = {self.aggregation!r} / group-conflict = "
+                              f"{self.group_conflict!r} needs client-groups, one group id per partition "
+                              "id, e.g. client-groups = '0,0,1,1'")
         if self.run_name in (".", "..") or "/" in self.run_name or "\\" in self.run_name:
             raise ConfigError(f"run-name = {self.run_name!r} must be a plain folder name")
         if strategies and self.strategy not in strategies:
@@ -223,6 +226,12 @@ def parse_groups(value: str, key: str = "client-groups") -> list[int]:
     if not all(p.isdigit() for p in parts):
         raise ConfigError(f"{key} = {value!r} must list group ids (ints >= 0), comma-separated")
     return [int(p) for p in parts]
+
+
+def group_of(partition_id: int, client_groups: str) -> int:
+    """The group of a partition: ``client-groups`` cycled like ``budgets`` (0 where none is set)."""
+    groups = parse_groups(client_groups)
+    return groups[partition_id % len(groups)] if groups else 0
 
 
 def parse_model_sizes(value: str, model: str, key: str = "model-sizes") -> list[str]:

@@ -46,3 +46,20 @@ def test_one_group_is_masked_fedavg_and_bad_groups_are_one_line_errors():
         RunConfig.from_mapping({**default_config(), "aggregation": "group-oracle"})
     with pytest.raises(ConfigError, match="client-groups = '0,x' must list group ids"):
         RunConfig.from_mapping({**default_config(), "client-groups": "0,x"})
+
+
+def test_the_planted_conflict_rotates_each_question_types_answers_among_themselves():
+    from tasks.data import load_partition
+    from tasks.data.conflict import rotate_answers, rotation
+
+    part = load_partition("synthetic", 0, 2, "iid", seed=0)
+    mapping = rotation(part)
+    assert sorted(mapping) == list(range(len(part.labels)))  # a permutation of the vocabulary
+    qtype_of = {s.target: s.qtype for s in part.train}
+    assert all(qtype_of[int(mapping[a])] == q for a, q in qtype_of.items())  # within its type
+    assert all(mapping[a] != a for a in qtype_of)  # every answer used moves
+    rotated = rotate_answers(part)
+    assert [s.target for s in rotated.train] == [int(mapping[s.target]) for s in part.train]
+    assert [s.question for s in rotated.test] == [s.question for s in part.test]
+    with pytest.raises(ConfigError, match="needs client-groups"):
+        RunConfig.from_mapping({**default_config(), "group-conflict": "answers"})

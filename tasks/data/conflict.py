@@ -1,0 +1,42 @@
+"""A planted task conflict between client groups (issue 29): one group's answers rotated.
+
+For the aggregation benchmark, clients of one group see every question type's answers rotated by
+one place (in the vocabulary's order: for easy-VQA, circle -> rectangle -> triangle -> circle,
+each colour to the next, yes <-> no), so the same image and question have different right answers
+in the two groups. A shared head averaged over both groups must compromise, while averaging
+within each group (the group oracle) need not: the gap is what a personalised aggregator can win.
+"""
+
+from __future__ import annotations
+
+from dataclasses import replace
+
+import numpy as np
+
+from tasks.data.types import Partition
+
+
+def rotation(partition: Partition) -> np.ndarray:
+    """Answer index -> rotated index: each question type's answers (those its samples use, in the
+    vocabulary's order) moved one place on, cyclically; an answer no sample uses stays put."""
+    mapping = np.arange(len(partition.labels))
+    by_type: dict[str, set[int]] = {}
+    for sample in (*partition.train, *partition.test):
+        by_type.setdefault(sample.qtype, set()).add(int(sample.target))
+    for answers in by_type.values():
+        ordered = sorted(answers)
+        mapping[ordered] = np.roll(ordered, -1)
+    return mapping
+
+
+def rotate_answers(partition: Partition) -> Partition:
+    """The partition with every VQA target rotated (`rotation`); images and questions unchanged."""
+    if partition.task != "vqa":
+        raise ValueError(f"group-conflict rotates VQA answers; {partition.name} is {partition.task!r}")
+    mapping = rotation(partition)
+
+    def moved(samples):
+        return [replace(s, target=int(mapping[s.target])) for s in samples]
+
+    return replace(partition, train=moved(partition.train), test=moved(partition.test),
+                   name=f"{partition.name} (answers rotated)")
