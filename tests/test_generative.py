@@ -24,7 +24,7 @@ from tasks.data import load_partition
 from tasks.lntk import principal_eigenvalue
 from tasks.models.generative import IGNORE, normalize_answer
 from tests.inprocess import Simulator
-from tests.tiny_vlms import save_blip2, save_idefics3, save_llava, save_qwen2vl
+from tests.tiny_vlms import qwen2vl_processor, save_blip2, save_idefics3, save_llava, save_qwen2vl
 
 FAMILIES = {"llava": save_llava, "idefics3": save_idefics3, "blip2": save_blip2}
 RUN = ("dataset='synthetic' partitioner='iid' num-server-rounds=2 local-steps=2 batch-size=4 "
@@ -41,6 +41,22 @@ def partition():
 def checkpoints(tmp_path_factory) -> dict:
     root = tmp_path_factory.mktemp("vlms")
     return {name: save(root / name) for name, save in FAMILIES.items()}
+
+
+@pytest.fixture(scope="module")
+def qwen(tmp_path_factory):
+    """A tiny Qwen2-VL checkpoint and its processor built in memory (tests/tiny_vlms.py)."""
+    folder = save_qwen2vl(tmp_path_factory.mktemp("qwen") / "qwen")
+    return folder, qwen2vl_processor(folder)
+
+
+def with_processor(folder, processor):
+    """`load_processor` answering for ``folder`` with ``processor`` (the one step torchvision
+    blocks here); every other step of ``hf:<dir>`` runs as for any checkpoint."""
+    from tasks.models import generative
+
+    real = generative.load_processor
+    return lambda path, arch: processor if path == folder else real(path, arch)
 
 
 def generator(name: str, partition, **options) -> tasks.FederatedVLM:
@@ -130,9 +146,12 @@ def brute_force_eigenvalues(model, samples) -> np.ndarray:
     return np.array(values)
 
 
-@pytest.mark.parametrize("family", ["tiny-llava", "idefics3", "blip2"])
-def test_lntk_per_block_equals_brute_force(family, partition, checkpoints):
-    name = family if family == "tiny-llava" else f"hf:{checkpoints[family]}"
+@pytest.mark.parametrize("family", ["tiny-llava", "idefics3", "blip2", "qwen2-vl"])
+def test_lntk_per_block_equals_brute_force(family, partition, checkpoints, qwen, monkeypatch):
+    if family == "qwen2-vl":
+        monkeypatch.setattr("tasks.models.generative.load_processor", with_processor(*qwen))
+    folder = qwen[0] if family == "qwen2-vl" else checkpoints.get(family)
+    name = "tiny-llava" if family == "tiny-llava" else f"hf:{folder}"
     model = generator(name, partition)
     tasks.train(model, partition.train, np.ones(len(model.layer_names), bool), steps=2, batch_size=4,
                 lr=1e-2)  # LoRA B leaves zero, so every layer's gradient is non-trivial
@@ -175,6 +194,19 @@ def test_each_family_runs_two_federated_rounds_with_f3ocus_through_hf_dir(family
         assert 0.0 <= row["evaluate"]["accuracy"] <= 1.0
         assert {"accuracy-shape", "accuracy-color", "accuracy-yes/no"} & set(row["evaluate"])
         assert len(row["mask"]) == row["budget"]
+
+
+def test_a_qwen2_vl_checkpoint_runs_two_federated_rounds_with_its_processor(qwen, tmp_path, monkeypatch):
+    """Packed image patches, image_grid_thw and mm_token_type_ids pass through collate, training,
+    LNTK and generation; only the processor is built in memory (torchvision, see tiny_vlms)."""
+    monkeypatch.setattr("tasks.models.generative.load_processor", with_processor(*qwen))
+    code, out, err = simulate("--num-clients", "2", "--run-config",
+                              f"model='hf:{qwen[0]}' budgets='2,1' {RUN} results-dir='{tmp_path}' "
+                              "run-name='run'")
+    assert code == 0, out[-2000:] + err[-2000:]
+    rows = [json.loads(line) for line in (tmp_path / "run" / "clients.jsonl").read_text().splitlines()]
+    assert sorted((r["round"], r["partition-id"]) for r in rows) == [(1, 0), (1, 1), (2, 0), (2, 1)]
+    assert all(0.0 <= r["evaluate"]["accuracy"] <= 1.0 for r in rows)
 
 
 @pytest.mark.parametrize(("aggregation", "extra"), [("masked-fedavg", ""), ("fedpia", ""), ("local", ""),

@@ -5,8 +5,10 @@ Built from configs (as transformers' own tests do), with the byte-level tokenize
 LLaVA (CLIP vision tower, Llama decoder, chat template), Idefics3/SmolVLM (SigLIP-style vision,
 pixel-shuffle connector, Llama decoder, chat template) and BLIP-2 (vision, Q-Former, OPT decoder,
 no chat template: the model's "Question: ... Answer:" prompt). Qwen2-VL's processor needs
-torchvision, which CPU machines here lack, so `save_qwen2vl` writes its model and the processor's
-files by hand: loading it must fail with one line.
+torchvision (transformers checks its video part's class even when it is unused), which CPU machines
+here lack, so `save_qwen2vl` writes its model and the processor's files by hand: loading it must
+fail with one line. `qwen2vl_processor` builds the same processor in memory without that class
+check, so the Qwen2-VL model path (packed patches, ``image_grid_thw``, M-RoPE) is still exercised.
 """
 
 from __future__ import annotations
@@ -107,4 +109,28 @@ def save_qwen2vl(path: Path) -> Path:
     return path
 
 
-__all__ = ["LLAVA_TEMPLATE", "save_blip2", "save_idefics3", "save_llava", "save_qwen2vl"]
+QWEN_TEMPLATE = (
+    "{% for m in messages %}<|im_start|>{{ m['role'] }}\n{% for c in m['content'] %}"
+    "{% if c['type'] == 'image' %}"
+    "<|vision_start|><|image_pad|><|vision_end|>{% else %}{{ c['text'] }}{% endif %}{% endfor %}<|im_end|>\n"
+    "{% endfor %}{% if add_generation_prompt %}<|im_start|>assistant\n{% endif %}"
+)
+
+
+def qwen2vl_processor(path: Path):
+    """`Qwen2VLProcessor` for `save_qwen2vl`'s checkpoint, assembled without `ProcessorMixin`'s
+    class check of the (unused) video processor, the one step that needs torchvision."""
+    from transformers import AutoTokenizer, Qwen2VLImageProcessor, Qwen2VLProcessor
+
+    tok = AutoTokenizer.from_pretrained(path)
+    processor = Qwen2VLProcessor.__new__(Qwen2VLProcessor)
+    processor.image_processor = Qwen2VLImageProcessor(min_pixels=1024, max_pixels=1024, patch_size=8,
+                                                      merge_size=2, temporal_patch_size=2)
+    processor.tokenizer, processor.chat_template = tok, QWEN_TEMPLATE
+    processor.image_token, processor.video_token = "<|image_pad|>", "<|video_pad|>"
+    processor.image_token_id = tok.convert_tokens_to_ids("<|image_pad|>")
+    processor.video_token_id = tok.convert_tokens_to_ids("<|video_pad|>")
+    return processor
+
+
+__all__ = ["LLAVA_TEMPLATE", "qwen2vl_processor", "save_blip2", "save_idefics3", "save_llava", "save_qwen2vl"]
