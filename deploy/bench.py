@@ -24,14 +24,20 @@ from __future__ import annotations
 import argparse
 import json
 import os
-import socket
 import statistics
 import subprocess
 import sys
 import time
 from pathlib import Path
 
-from deploy.launch import PROJECT_ROOT, Federation, LaunchError, site_nodes, with_node_budgets
+from deploy.launch import (
+    PROJECT_ROOT,
+    Federation,
+    LaunchError,
+    free_port_block,
+    site_nodes,
+    with_node_budgets,
+)
 
 
 def loadavg() -> str:
@@ -40,26 +46,6 @@ def loadavg() -> str:
         return Path("/proc/loadavg").read_text().strip()
     except OSError:
         return ""
-
-
-def free_port_block(size: int, tries: int = 50) -> int:
-    """A port p such that p..p+size-1 are all free on 127.0.0.1 (SuperLink + one per SuperNode)."""
-    for _ in range(tries):
-        with socket.socket() as probe:
-            probe.bind(("127.0.0.1", 0))
-            base = probe.getsockname()[1]
-        if base + size <= 65535 and all(_free(port) for port in range(base, base + size)):
-            return base
-    raise RuntimeError(f"no block of {size} free ports on 127.0.0.1")
-
-
-def _free(port: int) -> bool:
-    with socket.socket() as s:
-        try:
-            s.bind(("127.0.0.1", port))
-        except OSError:
-            return False
-    return True
 
 
 def seconds_per_round(run_dir: Path) -> list[float]:

@@ -31,8 +31,10 @@ import argparse
 import contextlib
 import json
 import os
+import random
 import re
 import signal
+import socket
 import ssl
 import subprocess
 import sys
@@ -148,6 +150,30 @@ def site_nodes(budgets: Sequence[str], dataset: str, device: str, workdir: Path)
                                  "num-threads": threads[pid],
                                  "state-dir": str(workdir / "sites" / name / "state")}))
     return nodes
+
+
+def free_port_block(size: int, tries: int = 200) -> int:
+    """A port p with p..p+size-1 all free on 127.0.0.1, below the OS's ephemeral range: a block
+    taken from that range can lose a port to any outgoing connection's source port between this
+    check and the bind of the SuperNode that uses it (seen in CI: "address already in use")."""
+    low = 32768
+    with contextlib.suppress(OSError, ValueError):
+        low = int(Path("/proc/sys/net/ipv4/ip_local_port_range").read_text().split()[0])
+    rng = random.Random()
+    for _ in range(tries):
+        base = rng.randrange(10000, max(10001, low - size))
+        if all(_port_free(port) for port in range(base, base + size)):
+            return base
+    raise LaunchError(f"no block of {size} free ports on {HOST} below {low}")
+
+
+def _port_free(port: int) -> bool:
+    with socket.socket() as probe:
+        try:
+            probe.bind((HOST, port))
+        except OSError:
+            return False
+    return True
 
 
 def _wait(check: Callable[[], bool], timeout: float, what: str, interval: float = 0.5) -> None:

@@ -13,13 +13,12 @@ import contextlib
 import json
 import os
 import signal
-import socket
 import sys
 import time
 from collections.abc import Iterator
 from pathlib import Path
 
-from deploy.launch import Federation, site_nodes
+from deploy.launch import Federation, free_port_block, site_nodes
 
 BUDGETS = {"site-0": 1, "site-1": 2, "site-2": 3}  # tiny-vilt has 4 selectable layers
 SETTINGS = ("model='tiny-vilt' dataset='synthetic' partitioner='iid' budgets='' local-steps=4 "
@@ -35,24 +34,6 @@ class FastFederation(Federation):
         if command[0] == "flower-supernode":
             command = [sys.executable, str(FAST_SUPERNODE), *command[1:]]
         return super().spawn(name, command, home, pipe)
-
-
-def free_port_block(size: int) -> int:
-    """A port p with p..p+size-1 all free on 127.0.0.1."""
-    for _ in range(50):
-        with socket.socket() as probe:
-            probe.bind(("127.0.0.1", 0))
-            base = probe.getsockname()[1]
-        if base + size > 65535:
-            continue
-        try:
-            for port in range(base, base + size):
-                with socket.socket() as s:
-                    s.bind(("127.0.0.1", port))
-        except OSError:
-            continue
-        return base
-    raise RuntimeError("no block of free ports on 127.0.0.1")
 
 
 def start_federation(workdir: Path, extra_keys: tuple[str, ...] = (),
