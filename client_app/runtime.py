@@ -20,7 +20,7 @@ from client_app.node import NodeSettings, node_settings
 from client_app.personal import load_personal
 from flower_compat import check_version
 from settings import ConfigError, RunConfig, check_fits
-from settings.config import group_of
+from settings.config import group_of, parse_groups
 from tasks.names import SIMA_VECTOR
 
 BUDGET_KEY = "layer-budget"  # context.state record: the budget this node last reported
@@ -78,7 +78,8 @@ def client_setup(context: Context) -> ClientSetup:
                                config.max_test_samples, str(context.node_config.get("state-dir", "")))
     except (ValueError, OSError) as err:  # e.g. a partition left without samples, a bad file
         raise ConfigError(f"dataset = {node.dataset!r} cannot be loaded on this node: {err}") from None
-    if config.group_conflict == "answers" and group_of(node.partition_id, config.client_groups) % 2:
+    group = group_of(node.partition_id, parse_groups(config.client_groups))
+    if config.group_conflict == "answers" and group % 2:
         from tasks.data.conflict import rotate_answers  # a planted conflict (issue 29)
 
         partition = rotate_answers(partition)

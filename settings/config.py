@@ -10,7 +10,7 @@ from __future__ import annotations
 
 import re
 import tomllib
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, fields
 from pathlib import Path
 
@@ -228,10 +228,10 @@ def parse_groups(value: str, key: str = "client-groups") -> list[int]:
     return [int(p) for p in parts]
 
 
-def group_of(partition_id: int, client_groups: str) -> int:
-    """The group of a partition: ``client-groups`` cycled like ``budgets`` (0 where none is set)."""
-    groups = parse_groups(client_groups)
-    return groups[partition_id % len(groups)] if groups else 0
+def group_of(partition_id: int, groups: Sequence[int]) -> int:
+    """The group of a partition: ``client-groups`` (`parse_groups`) cycled like ``budgets``; 0
+    where none is set."""
+    return int(groups[partition_id % len(groups)]) if groups else 0
 
 
 def parse_model_sizes(value: str, model: str, key: str = "model-sizes") -> list[str]:

@@ -283,12 +283,13 @@ class LayerSelectionStrategy(Strategy):
         for node, reason in duplicates:
             log_.reject(node, "train", reason)
         updates: list[ClientUpdate] = []
+        shared = self.shared_units  # every client trains these whatever its mask
         for msg in kept:
             node = msg.metadata.src_node_id
             try:
                 if node not in log_.masks:
                     raise Rejected("reply from a node that was not assigned layers this round")
-                assigned = [*np.flatnonzero(log_.masks[node]), *self.shared_units]
+                assigned = [*np.flatnonzero(log_.masks[node]), *shared]
                 report = log_.reports.get(node)
                 update = check_update(msg, self._state_for(node), assigned,
                                       expected_examples=report.num_examples if report else None)

@@ -12,17 +12,18 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 
+from settings.config import group_of
 from strategies.aggregation.masked_fedavg import masked_fedavg
 from strategies.aggregation.types import Aggregate, ClientUpdate
 from strategies.records import State
 
 
-def group_of(update: ClientUpdate, groups: Sequence[int]) -> int:
+def group_of_update(update: ClientUpdate, groups: Sequence[int]) -> int:
     """The group of the client that sent ``update`` (by the partition id in its metrics)."""
     pid = update.metrics.get("partition-id")
     if isinstance(pid, bool) or not isinstance(pid, int) or pid < 0:
         raise ValueError(f"group-oracle: node {update.node_id} sent no partition id (got {pid!r})")
-    return int(groups[pid % len(groups)])
+    return group_of(pid, groups)
 
 
 def group_oracle(global_state: State, updates: Sequence[ClientUpdate], *,
@@ -32,7 +33,7 @@ def group_oracle(global_state: State, updates: Sequence[ClientUpdate], *,
         raise ValueError("client-groups is empty: give one group id per partition, e.g. '0,0,1,1'")
     members: dict[int, list[ClientUpdate]] = {}
     for update in updates:
-        members.setdefault(group_of(update, groups), []).append(update)
+        members.setdefault(group_of_update(update, groups), []).append(update)
     personal = {}
     for group in members.values():
         model = masked_fedavg(global_state, group).global_state
