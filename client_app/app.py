@@ -109,15 +109,16 @@ def evaluate(msg: Message, context: Context) -> Message:
     """Evaluate the global adapters with this client's own head on its own test split."""
     setup = client_setup(context)
     config = msg.content["config"]
+    server_round = int(config["server-round"])
     load_global(setup, context, from_record(msg.content["arrays"]), str(config["run-dir"]),
-                before=int(config["server-round"]) + 1)
+                before=server_round + 1)
     metrics = tasks.evaluate(setup.model, setup.partition.test,
                              batch_size=max(64, setup.config.batch_size), device=setup.device)
     metrics["num-examples"] = int(metrics.pop("num_examples"))
     metrics["partition-id"] = setup.partition_id
     from client_app.mosaic import others_metrics
 
-    metrics.update(others_metrics(setup))
+    metrics.update(others_metrics(setup, server_round))
     if setup.partition.task == "vqa":
         metrics["majority-accuracy"] = tasks.majority_accuracy(setup.partition.test)
     return Message(RecordDict({"metrics": MetricRecord(metrics)}), reply_to=msg)

@@ -4,11 +4,11 @@
   (the ``base``-size model without adapters, one seeded copy per process), continuing from the
   vector this client stored with its personal state in an earlier round (kill-safe and resumable
   like the head, `client_app.personal`).
-* `others_metrics`: with ``eval-others = true``, accuracy of this client's model on the other
+* `others_metrics`: with ``eval-others = true``, accuracy of this client's final model on the other
   partitions' test splits (the same seeded split every client computes; the answer vocabulary is
-  the data set's, shared by all). It costs one extra evaluation pass over N − 1 test splits per
-  client and round, hence off by default; a site that cannot build the other partitions (its own
-  ``dataset``/``data-dir``) reports none.
+  the data set's, shared by all). It costs an evaluation pass over N − 1 test splits per client,
+  so it runs in the last round only (the one the tables report) and is off by default; a site
+  that cannot build the other partitions (its own ``dataset``/``data-dir``) reports none.
 """
 
 from __future__ import annotations
@@ -50,11 +50,12 @@ def with_vector(tracker: SimaTracker | None, personal: dict, reply: dict) -> Non
         reply[SIMA_VECTOR] = [float(v) for v in tracker.vector]
 
 
-def others_metrics(setup: ClientSetup) -> dict[str, float]:
-    """'Others' accuracy (or F1) and example count, plus the client's model size (module doc)."""
+def others_metrics(setup: ClientSetup, server_round: int) -> dict[str, float]:
+    """'Others' accuracy (or F1) and example count in the last round, plus the client's model
+    size (module doc)."""
     config, node = setup.config, setup.node
     metrics: dict[str, float] = {"model-size": MODEL_SIZES.index(node.model_size)}
-    if not config.eval_others or node.num_partitions < 2:
+    if not config.eval_others or node.num_partitions < 2 or server_round < config.num_server_rounds:
         return metrics
     samples = [s for pid in range(node.num_partitions) if pid != node.partition_id
                for s in _partition(node.dataset, pid, node.num_partitions, config.partitioner,

@@ -81,12 +81,21 @@ def shared_units(model: FederatedVLM) -> list[int]:
     return [len(model.layer_names)] if model.shared_head else []
 
 
+def shared_head_prefixes(model: FederatedVLM) -> tuple[str, ...]:
+    """What unit L of a shared head holds: the head and every other part a client would keep
+    private (`personal_prefixes`, e.g. minilm-effnet's image->text projection). Sharing the head
+    alone left each client its own projection between the averaged encoder and the averaged head,
+    and FedAvg then learnt no more than local training (docs/results/sensitivity-aggregation.md)."""
+    return model.personal_prefixes if model.shared_head else ()
+
+
 def layer_parameter_names(model: FederatedVLM, layer: int) -> list[str]:
     """Names of the trainable unit of selectable layer `layer` (LoRA A/B, or the layer's weights);
-    unit L of a shared head is the head's weight and bias."""
+    unit L of a shared head is the head with the model's other private parts
+    (`shared_head_prefixes`)."""
     _check_layer(model, layer)
     if layer in shared_units(model):
-        return [name for name, _ in model.named_parameters() if is_under(name, ("head",))]
+        return [name for name, _ in model.named_parameters() if is_under(name, shared_head_prefixes(model))]
     prefixes = model.layer_prefixes[layer]
     if model.wire_names:  # FedMosaic modules: the local branch (P, Q or LoRA A, B)
         return [name for name, _ in model.named_parameters()
@@ -103,7 +112,7 @@ def layer_parameter_names(model: FederatedVLM, layer: int) -> list[str]:
 def personal_parameter_names(model: FederatedVLM) -> list[str]:
     """Names of the personal parameters: the task head (+ image->text projection); for a gated
     (SIMA) model also every local branch and gate (Eq. 9: the client's own model)."""
-    prefixes = tuple(p for p in model.personal_prefixes if not (model.shared_head and p == "head"))
+    prefixes = () if model.shared_head else model.personal_prefixes
     return [n for n, _ in model.named_parameters() if is_under(n, prefixes)
             or (model.gated and (n in model.wire_names or n.endswith(GATE)))]
 

@@ -39,6 +39,16 @@ def test_the_shared_head_is_unit_l_every_client_trains_not_personal_state():
     assert not any(k.startswith("4:") for k in tasks.get_layer_state(private, range(4)))
 
 
+def test_a_shared_head_brings_the_private_projection_into_unit_l():
+    model = tasks.build_model("minilm-effnet", 13, seed=0, shared_head=True)
+    unit = {k.partition(":")[2].split(".")[0] for k in tasks.get_layer_state(model, [])}
+    assert unit == {"head", "visual_proj", "visual_pos"}  # nothing private between encoder and head
+    assert tasks.get_personal_state(model) == {}
+    private = tasks.build_model("minilm-effnet", 13, seed=0)
+    assert {k.split(".")[0] for k in tasks.get_personal_state(private)} == {"head", "visual_proj",
+                                                                           "visual_pos"}
+
+
 @pytest.mark.parametrize("aggregation", ["masked-fedavg", "group-oracle"])
 def test_a_run_averages_the_head_over_every_client_and_each_evaluates_with_it(aggregation, tmp_path):
     uploads: dict[int, dict[str, np.ndarray]] = {}
