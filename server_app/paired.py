@@ -12,11 +12,14 @@ Every experiment directory is read like `server_app.report` reads it (complete r
    run config ``eval-others``) when the runs have it, uplink MB per round, seconds per round, the
    training phase's and the server aggregation's seconds per round (``phase-seconds.training`` and
    ``.aggregating``), mean ± sample std over seeds;
-2. for every other experiment and every strategy it shares with the baseline, the per-seed paired
+2. for every other experiment and every strategy it shares with the baseline (or, where the
+   baseline holds one strategy only, with that one: experiments that differ in aggregation *and*
+   selection, e.g. F3OCUS + FedAvg against FedAvg of every layer), the per-seed paired
    differences other − baseline of overall (and Others) accuracy and their 95 % Student-t interval
    mean(d) ± t_{0.975, n−1} · sd(d) / √n (`paired_interval`), with "not distinguishable" when the
    interval covers 0. Seeds fix the client data split and initialisation, so pairing by seed removes
-   that shared variation from the comparison.
+   that shared variation from the comparison. ``--figure PATH`` draws these differences with their
+   intervals.
 
 With ``--against``, item 2 pairs, within each experiment, every strategy with each named reference
 strategy instead, and adds both rows' seed standard deviations and the mean difference in units of
@@ -33,7 +36,7 @@ from pathlib import Path
 import numpy as np
 from scipy import stats
 
-from server_app.report import Run, load_runs, mean_std, plus_minus, run_metrics
+from server_app.report import Run, load_runs, mean_std, plus_minus, pyplot, run_metrics, save_figure
 
 
 def paired_interval(other: Sequence[float], base: Sequence[float], confidence: float = 0.95
@@ -72,8 +75,9 @@ def by_seed(experiment_dir: Path) -> dict[str, dict[int, dict[str, float]]]:
 
 
 def _paired_row(label: str, key: str, seeds: dict[int, dict], ref: dict[int, dict]
-                ) -> tuple[str, float] | None:
-    """One markdown row of paired differences and their mean (None with fewer than 2 common seeds)."""
+                ) -> tuple[str, float, float, float] | None:
+    """One markdown row of paired differences, their mean and interval (None with fewer than 2
+    common seeds)."""
     common = sorted(set(seeds) & set(ref))
     if len(common) < 2 or key not in seeds[common[0]] or key not in ref[common[0]]:
         return None
@@ -82,7 +86,7 @@ def _paired_row(label: str, key: str, seeds: dict[int, dict], ref: dict[int, dic
     reading = "not distinguishable" if lo <= 0 <= hi else ("higher" if lo > 0 else "lower")
     diffs = ", ".join(f"{o - r:+.2f}" for o, r in zip(other, base, strict=True))
     return (f"| {label} | {key} | {','.join(map(str, common))} | {diffs} | {mean:+.2f} "
-            f"| [{lo:+.2f}, {hi:+.2f}] | {reading} |"), mean
+            f"| [{lo:+.2f}, {hi:+.2f}] | {reading} |"), mean, lo, hi
 
 
 def against(data: dict[str, dict[str, dict[int, dict]]], references: Sequence[str]) -> list[str]:
@@ -100,7 +104,7 @@ def against(data: dict[str, dict[str, dict[int, dict]]], references: Sequence[st
                     f"{name}: {strategy} − {reference}", "overall", seeds, strategies[reference])
                 if paired is None:
                     continue
-                row, mean = paired
+                row, mean = paired[:2]
                 spread = [mean_std([m["overall"] for m in runs.values()])[1]
                           for runs in (seeds, strategies[reference])]
                 units = mean / max(spread) if max(spread) > 0 else float("inf")
@@ -108,8 +112,36 @@ def against(data: dict[str, dict[str, dict[int, dict]]], references: Sequence[st
     return lines
 
 
-def report(dirs: Sequence[Path], references: Sequence[str] = ()) -> str:
-    """The table and the paired intervals (module doc) as markdown."""
+def _reference(strategy: str, base: dict[str, dict]) -> str | None:
+    """The baseline strategy a row pairs with: the same one, else the baseline's only one."""
+    if strategy in base:
+        return strategy
+    return next(iter(base)) if len(base) == 1 else None
+
+
+def plot_differences(path: Path, comparisons: Sequence[tuple[str, str, float, float, float]],
+                     base: str) -> Path:
+    """Paired differences other − `base` (mean and 95 % interval) per row, one panel per metric."""
+    plt = pyplot()
+    keys = [k for k in ("overall", "others") if any(c[1] == k for c in comparisons)]
+    labels = list(dict.fromkeys(c[0] for c in comparisons))
+    fig, axes = plt.subplots(1, len(keys), figsize=(4.5 * len(keys), 0.45 * len(labels) + 1.5),
+                             sharey=True, squeeze=False)
+    for ax, key in zip(axes[0], keys, strict=True):
+        rows = {c[0]: c[2:] for c in comparisons if c[1] == key}
+        y = [i for i, label in enumerate(labels) if label in rows]
+        mean, lo, hi = (np.array([rows[labels[i]][j] for i in y]) for j in range(3))
+        ax.errorbar(mean, y, xerr=[mean - lo, hi - mean], fmt="o", capsize=3)
+        ax.axvline(0, color="gray", lw=0.8)
+        ax.set_title({"overall": "Self", "others": "Others"}[key] + f" accuracy − {base} (pp)")
+        ax.set_yticks(range(len(labels)), labels)
+        ax.invert_yaxis()
+    return save_figure(fig, path)
+
+
+def report(dirs: Sequence[Path], references: Sequence[str] = (), figure: Path | None = None) -> str:
+    """The table and the paired intervals (module doc) as markdown; with `figure`, the intervals
+    against the baseline drawn there."""
     data = {Path(d).name: by_seed(Path(d)) for d in dirs}
     cols = [("overall", "overall", 2), ("majority", "majority answer", 1), ("others", "Others", 2),
             ("uplink_mb", "uplink MB / round", 2),
@@ -128,17 +160,22 @@ def report(dirs: Sequence[Path], references: Sequence[str] = ()) -> str:
     base_name, base = next(iter(data.items()))
     lines += ["", "| comparison | metric | seeds | per-seed difference (pp) | mean | 95 % t interval "
               "| reading |", "|---|---|---|---|---|---|---|"]
+    drawn = []
     for name, strategies in list(data.items())[1:]:
         for strategy, seeds in strategies.items():
+            reference = _reference(strategy, base)
             for key in ("overall", "others"):
-                row = _paired_row(f"{name}/{strategy} − {base_name}/{strategy}", key, seeds,
-                                  base.get(strategy, {}))
+                row = None if reference is None else _paired_row(
+                    f"{name}/{strategy} − {base_name}/{reference}", key, seeds, base[reference])
                 if row is not None:
                     lines.append(row[0])
+                    drawn.append((f"{name}/{strategy}", key, *row[1:]))
+    if figure is not None and drawn:
+        plot_differences(figure, drawn, f"{base_name}/{next(iter(base))}" if len(base) == 1 else base_name)
     return "\n".join(lines) + "\n"
 
 
-USAGE = ("usage: python -m server_app.paired results/<baseline> results/<other> [...]\n"
+USAGE = ("usage: python -m server_app.paired results/<baseline> results/<other> [...] [--figure PATH]\n"
          "       python -m server_app.paired results/<experiment> [...] --against <strategy>[,<strategy>...]")
 
 
@@ -146,13 +183,14 @@ def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(prog="python -m server_app.paired", usage=USAGE)
     parser.add_argument("experiments", nargs="+", type=Path)
     parser.add_argument("--against", default="", help="reference strategies of the same experiment")
+    parser.add_argument("--figure", type=Path, help="draw the paired intervals against the baseline here")
     args = parser.parse_args(sys.argv[1:] if argv is None else argv)
     references = [r for r in args.against.split(",") if r]
     if len(args.experiments) < 2 and not references:
         print(USAGE, file=sys.stderr)
         return 2
     try:
-        print(report(args.experiments, references), end="")
+        print(report(args.experiments, references, args.figure), end="")
     except (ValueError, FileNotFoundError) as err:
         print(f"error: {err}", file=sys.stderr)
         return 2

@@ -76,3 +76,19 @@ def test_each_f3ocus_optimiser_is_its_own_row(tmp_path: Path) -> None:
     assert "| bench/f3ocus-nsga2 | 0,1 | 60.00 ± 0.00 |" in text
     assert "| bench/f3ocus-sa | 0,1 | 50.00 ± 0.00 |" in text
     assert "| bench: f3ocus-sa − f3ocus-nsga2 | overall | 0,1 | -10.00, -10.00 | -10.00 |" in text
+
+
+def test_a_one_strategy_baseline_pairs_with_another_strategy_and_is_drawn(tmp_path: Path) -> None:
+    """F3OCUS + FedAvg (strategy f3ocus) against FedAvg of every layer (strategy all): planted +1,
+    +2, +3 pp; a baseline of two strategies pairs only a shared one."""
+    for seed in range(3):
+        _run(tmp_path / "fedavg", f"all-s{seed}", seed, 0.50 + 0.02 * seed, 0.4)
+        _run(tmp_path / "f3ocus", f"f3ocus-s{seed}", seed, 0.51 + 0.03 * seed, 0.4, strategy="f3ocus")
+    figure = tmp_path / "paired.png"
+    text = report([tmp_path / "fedavg", tmp_path / "f3ocus"], figure=figure)
+    assert ("| f3ocus/f3ocus-nsga2 − fedavg/all | overall | 0,1,2 | +1.00, +2.00, +3.00 | +2.00 "
+            "| [-0.48, +4.48] | not distinguishable |") in text
+    assert figure.read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
+    for seed in range(3):
+        _run(tmp_path / "fedavg", f"none-s{seed}", seed, 0.4, 0.4, strategy="none")
+    assert " − fedavg/" not in report([tmp_path / "fedavg", tmp_path / "f3ocus"])
