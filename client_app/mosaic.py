@@ -5,8 +5,9 @@
   vector this client stored with its personal state in an earlier round (kill-safe and resumable
   like the head, `client_app.personal`).
 * `others_metrics`: with ``eval-others = true``, accuracy of this client's final model on the other
-  partitions' test splits (the same seeded split every client computes; the answer vocabulary is
-  the data set's, shared by all). It costs an evaluation pass over N − 1 test splits per client,
+  partitions' test splits as their clients see them (the same seeded split every client computes,
+  with a planted conflict's rotated answers where the other client has them; the answer vocabulary
+  is the data set's, shared by all). It costs an evaluation pass over N − 1 test splits per client,
   so it runs in the last round only (the one the tables report) and is off by default; a site
   that cannot build the other partitions (its own ``dataset``/``data-dir``) reports none.
 """
@@ -18,7 +19,7 @@ from functools import lru_cache
 import numpy as np
 
 import tasks
-from client_app.runtime import ClientSetup, _partition
+from client_app.runtime import ClientSetup, client_partition
 from tasks.mosaic import SimaTracker
 from tasks.names import MODEL_SIZES, SIMA_VECTOR
 
@@ -58,8 +59,7 @@ def others_metrics(setup: ClientSetup, server_round: int) -> dict[str, float]:
     if not config.eval_others or node.num_partitions < 2 or server_round < config.num_server_rounds:
         return metrics
     samples = [s for pid in range(node.num_partitions) if pid != node.partition_id
-               for s in _partition(node.dataset, pid, node.num_partitions, config.partitioner,
-                                   config.seed, config.max_train_samples, config.max_test_samples).test]
+               for s in client_partition(config, node.dataset, pid, node.num_partitions).test]
     result = tasks.evaluate(setup.model, samples, batch_size=max(64, config.batch_size), device=setup.device)
     for key, value in result.items():
         metrics[f"others-{key.replace('_', '-')}"] = value

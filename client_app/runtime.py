@@ -57,6 +57,20 @@ def _partition(dataset: str, pid: int, num: int, partitioner: str, seed: int, ma
                                 max_train=max_train or None, max_test=max_test or None)
 
 
+def client_partition(config: RunConfig, dataset: str, pid: int, num: int, state_dir: str = ""
+                     ) -> tasks.Partition:
+    """Partition `pid` of `num` as its client sees it: with ``group-conflict = "answers"`` a
+    client of an odd group (``client-groups``) sees the answers rotated (a planted conflict,
+    `tasks.data.conflict`)."""
+    partition = _partition(dataset, pid, num, config.partitioner, config.seed, config.max_train_samples,
+                           config.max_test_samples, state_dir)
+    if config.group_conflict == "answers" and group_of(pid, parse_groups(config.client_groups)) % 2:
+        from tasks.data.conflict import rotate_answers
+
+        partition = rotate_answers(partition)
+    return partition
+
+
 @lru_cache(maxsize=2)
 def _model(name: str, num_outputs: int, task: str, adapter: str, rank: int, seed: int,
            device: str, size: str = "base", gated: bool = False, num_blocks: int = 4,
@@ -73,16 +87,10 @@ def client_setup(context: Context) -> ClientSetup:
     config = RunConfig.from_mapping(context.run_config)
     node = node_settings(context.node_config, config)
     try:
-        partition = _partition(node.dataset, node.partition_id, node.num_partitions,
-                               config.partitioner, config.seed, config.max_train_samples,
-                               config.max_test_samples, str(context.node_config.get("state-dir", "")))
+        partition = client_partition(config, node.dataset, node.partition_id, node.num_partitions,
+                                     str(context.node_config.get("state-dir", "")))
     except (ValueError, OSError) as err:  # e.g. a partition left without samples, a bad file
         raise ConfigError(f"dataset = {node.dataset!r} cannot be loaded on this node: {err}") from None
-    group = group_of(node.partition_id, parse_groups(config.client_groups))
-    if config.group_conflict == "answers" and group % 2:
-        from tasks.data.conflict import rotate_answers  # a planted conflict (issue 29)
-
-        partition = rotate_answers(partition)
     try:
         model, initial = _model(config.model, len(partition.labels), partition.task, config.adapter,
                                 config.lora_rank, config.seed, node.device, node.model_size,

@@ -63,3 +63,20 @@ def test_the_planted_conflict_rotates_each_question_types_answers_among_themselv
     assert [s.question for s in rotated.test] == [s.question for s in part.test]
     with pytest.raises(ConfigError, match="needs client-groups"):
         RunConfig.from_mapping({**default_config(), "group-conflict": "answers"})
+
+
+def test_each_partition_is_seen_with_its_own_clients_conflict_also_for_others():
+    """'Others' evaluates on the other partitions as their clients see them: an odd group's
+    partition with rotated answers, an even group's as it is, whoever asks."""
+    from client_app.runtime import client_partition
+    from tasks.data import load_partition
+    from tasks.data.conflict import rotate_answers
+
+    config = RunConfig.from_mapping({**default_config(), "dataset": "synthetic", "partitioner": "iid",
+                                     "client-groups": "0,1", "group-conflict": "answers"})
+    for pid in range(4):
+        plain = load_partition("synthetic", pid, 4, "iid", seed=0, max_test=200)
+        seen = client_partition(config, "synthetic", pid, 4)
+        expected = rotate_answers(plain) if pid % 2 else plain
+        assert [s.target for s in seen.test] == [s.target for s in expected.test]
+        assert pid % 2 == 0 or [s.target for s in seen.test] != [s.target for s in plain.test]
