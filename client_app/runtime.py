@@ -65,9 +65,10 @@ def client_partition(config: RunConfig, dataset: str, pid: int, num: int, state_
     partition = _partition(dataset, pid, num, config.partitioner, config.seed, config.max_train_samples,
                            config.max_test_samples, state_dir)
     if config.group_conflict == "answers" and group_of(pid, parse_groups(config.client_groups)) % 2:
+        from tasks.data import answers_by_type
         from tasks.data.conflict import rotate_answers
 
-        partition = rotate_answers(partition)
+        partition = rotate_answers(partition, answers_by_type(dataset, config.seed))
     return partition
 
 

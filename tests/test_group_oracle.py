@@ -3,6 +3,8 @@ for personalised aggregation. Planted groups: each client must get exactly its g
 
 from __future__ import annotations
 
+from dataclasses import replace
+
 import numpy as np
 import pytest
 
@@ -49,18 +51,25 @@ def test_one_group_is_masked_fedavg_and_bad_groups_are_one_line_errors():
 
 
 def test_the_planted_conflict_rotates_each_question_types_answers_among_themselves():
-    from tasks.data import load_partition
+    from tasks.data import answers_by_type, load_partition
     from tasks.data.conflict import rotate_answers, rotation
 
     part = load_partition("synthetic", 0, 2, "iid", seed=0)
-    mapping = rotation(part)
+    answers = answers_by_type("synthetic", 0)
+    assert answers == {"color": list(range(3, 11)), "shape": [0, 1, 2], "yes/no": [11, 12]}
+    mapping = rotation(part, answers)
     assert sorted(mapping) == list(range(len(part.labels)))  # a permutation of the vocabulary
     qtype_of = {s.target: s.qtype for s in part.train}
     assert all(qtype_of[int(mapping[a])] == q for a, q in qtype_of.items())  # within its type
     assert all(mapping[a] != a for a in qtype_of)  # every answer used moves
-    rotated = rotate_answers(part)
+    rotated = rotate_answers(part, answers)
     assert [s.target for s in rotated.train] == [int(mapping[s.target]) for s in part.train]
     assert [s.question for s in rotated.test] == [s.question for s in part.test]
+    # a client whose samples lack an answer (here: every sample of one colour dropped) is rotated
+    # as every other client of its group: the data set's answers decide, not its own
+    lacking = replace(part, train=[s for s in part.train if s.target != 4],
+                      test=[s for s in part.test if s.target != 4])
+    np.testing.assert_array_equal(rotation(lacking, answers), mapping)
     with pytest.raises(ConfigError, match="needs client-groups"):
         RunConfig.from_mapping({**default_config(), "group-conflict": "answers"})
 
@@ -69,7 +78,7 @@ def test_each_partition_is_seen_with_its_own_clients_conflict_also_for_others():
     """'Others' evaluates on the other partitions as their clients see them: an odd group's
     partition with rotated answers, an even group's as it is, whoever asks."""
     from client_app.runtime import client_partition
-    from tasks.data import load_partition
+    from tasks.data import answers_by_type, load_partition
     from tasks.data.conflict import rotate_answers
 
     config = RunConfig.from_mapping({**default_config(), "dataset": "synthetic", "partitioner": "iid",
@@ -77,6 +86,6 @@ def test_each_partition_is_seen_with_its_own_clients_conflict_also_for_others():
     for pid in range(4):
         plain = load_partition("synthetic", pid, 4, "iid", seed=0, max_test=200)
         seen = client_partition(config, "synthetic", pid, 4)
-        expected = rotate_answers(plain) if pid % 2 else plain
+        expected = rotate_answers(plain, answers_by_type("synthetic", 0)) if pid % 2 else plain
         assert [s.target for s in seen.test] == [s.target for s in expected.test]
         assert pid % 2 == 0 or [s.target for s in seen.test] != [s.target for s in plain.test]

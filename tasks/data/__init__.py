@@ -15,7 +15,7 @@ The public names load on first use (`lazy_loader`, SPEC 1): the settings' checks
 import lazy_loader
 
 __getattr__, __dir__, __all__ = lazy_loader.attach(__name__, submod_attrs={
-    "load": ["DATASETS", "load_partition"],
+    "load": ["DATASETS", "answers_by_type", "load_partition"],
     "partition": ["PARTITIONERS"],
     "types": ["Partition", "Sample", "majority_accuracy"],
 })

@@ -9,6 +9,7 @@ within each group (the group oracle) need not: the gap is what a personalised ag
 
 from __future__ import annotations
 
+from collections.abc import Mapping, Sequence
 from dataclasses import replace
 
 import numpy as np
@@ -16,24 +17,22 @@ import numpy as np
 from tasks.data.types import Partition
 
 
-def rotation(partition: Partition) -> np.ndarray:
-    """Answer index -> rotated index: each question type's answers (those its samples use, in the
-    vocabulary's order) moved one place on, cyclically; an answer no sample uses stays put."""
+def rotation(partition: Partition, answers: Mapping[str, Sequence[int]]) -> np.ndarray:
+    """Answer index -> rotated index: each question type's answers (`answers`: the data set's,
+    `tasks.data.load.answers_by_type`, in the vocabulary's order) moved one place on, cyclically,
+    so every client of a group sees the same rotation whichever answers its own samples use."""
     mapping = np.arange(len(partition.labels))
-    by_type: dict[str, set[int]] = {}
-    for sample in (*partition.train, *partition.test):
-        by_type.setdefault(sample.qtype, set()).add(int(sample.target))
-    for answers in by_type.values():
-        ordered = sorted(answers)
+    for ordered in answers.values():
+        ordered = sorted(ordered)
         mapping[ordered] = np.roll(ordered, -1)
     return mapping
 
 
-def rotate_answers(partition: Partition) -> Partition:
+def rotate_answers(partition: Partition, answers: Mapping[str, Sequence[int]]) -> Partition:
     """The partition with every VQA target rotated (`rotation`); images and questions unchanged."""
     if partition.task != "vqa":
         raise ValueError(f"group-conflict rotates VQA answers; {partition.name} is {partition.task!r}")
-    mapping = rotation(partition)
+    mapping = rotation(partition, answers)
 
     def moved(samples):
         return [replace(s, target=int(mapping[s.target])) for s in samples]

@@ -111,6 +111,18 @@ def load_partition(
     )
 
 
+def answers_by_type(dataset: str, seed: int = 0) -> dict[str, list[int]]:
+    """Each question type's answer indices over the whole data set (train and test), sorted: what
+    a planted conflict rotates (`tasks.data.conflict`), the same for every client whichever
+    answers its own samples happen to use."""
+    if isinstance(dataset, str) and dataset.startswith(MIXED_PREFIX):
+        raise ValueError(f"answers by question type need one data set, not the mixture {dataset!r}")
+    source = _resolve(dataset)(int(seed))
+    qtypes = np.concatenate([source.train.qtypes, source.test.qtypes])
+    targets = np.concatenate([source.train.targets, source.test.targets])
+    return {str(q): np.unique(targets[qtypes == q]).tolist() for q in np.unique(qtypes)}
+
+
 def _samples(split: Split, idx: np.ndarray, modality: int | None, seed: int) -> list[Sample]:
     """Sample objects for split indices; images are read-only views, RGB, modality-transformed."""
     images: list[np.ndarray] = [np.empty(0)] * len(idx)
