@@ -4,11 +4,11 @@
 
 A run starts when its sweep writes ``configs/<run>.toml`` (just before it starts the run's process)
 and ends with the last line of ``logs/<run>.log`` (file mtimes; for a resumed run, its last
-attempt). An experiment's wall time is the span from its first start to its last end: with
-``--jobs 2`` two runs share that span, so it is less than the sum of their own times. Printed, one
+attempt). A wall time is how long at least one of the runs was going (the length of the union of
+their intervals): with ``--jobs 2`` two runs share it, so it is less than the sum of their own
+times, and a pause between sweeps, or a later sweep adding seeds, is not counted. Printed, one
 markdown row per experiment and one for all of them: complete runs, seconds per run (min, median,
-max), the runs' summed seconds and the wall time. "All" sums the experiments' wall times, i.e. the
-sweep commands run back to back, without any pause between them.
+max), the runs' summed seconds and the wall time.
 """
 
 from __future__ import annotations
@@ -38,7 +38,16 @@ class Timing:
 
     @property
     def wall(self) -> float:
-        return float(self.ends.max() - self.starts.min())
+        return busy(self.starts, self.ends)
+
+
+def busy(starts: np.ndarray, ends: np.ndarray) -> float:
+    """Length of the union of the intervals [start, end]: the time some run was going."""
+    total, reach = 0.0, -np.inf
+    for start, end in sorted(zip(starts.tolist(), ends.tolist(), strict=True)):
+        total += max(0.0, end - max(start, reach))
+        reach = max(reach, end)
+    return total
 
 
 def timing(experiment_dir: Path) -> Timing:
@@ -68,8 +77,8 @@ def table(timings: Sequence[Timing]) -> str:
              "|---|---|---|---|---|"]
     lines += [row(t.name, t.seconds, t.wall) for t in timings]
     if len(timings) > 1:
-        lines.append(row("**all**", np.concatenate([t.seconds for t in timings]),
-                         sum(t.wall for t in timings)))
+        starts, ends = (np.concatenate([getattr(t, k) for t in timings]) for k in ("starts", "ends"))
+        lines.append(row("**all**", ends - starts, busy(starts, ends)))
     return "\n".join(lines)
 
 

@@ -27,7 +27,7 @@ def planted_run(experiment: Path, name: str, start: float, end: float, *, log: b
         os.utime(path, (stamp, stamp))
 
 
-def test_two_runs_at_once_share_the_wall_time_and_all_adds_the_experiments(tmp_path, capsys):
+def test_two_runs_at_once_share_the_wall_time_and_all_counts_no_pause(tmp_path, capsys):
     first, second = tmp_path / "k2", tmp_path / "k4"
     planted_run(first, "a-s0", T0, T0 + 100)  # with --jobs 2: a and b at once, then c
     planted_run(first, "b-s0", T0, T0 + 110)
@@ -42,6 +42,20 @@ def test_two_runs_at_once_share_the_wall_time_and_all_adds_the_experiments(tmp_p
     assert out[3] == "| k4 | 1 | 50 / 50 / 50 | 50 | 50 s (0.01 h) |"
     # the pause between the experiments is not counted
     assert out[4] == "| **all** | 4 | 50 / 95 / 110 | 350 | 240 s (0.07 h) |"
+
+
+def test_interleaved_experiments_count_their_shared_time_once(tmp_path, capsys):
+    """Seeds added later by a second sweep: each experiment's wall is its runs' busy time, and
+    'all' counts the time two experiments' runs overlap once."""
+    first, second = tmp_path / "x", tmp_path / "y"
+    planted_run(first, "a-s0", T0, T0 + 100)
+    planted_run(second, "a-s0", T0, T0 + 120)  # x and y at once
+    planted_run(first, "a-s1", T0 + 1000, T0 + 1100)  # later seeds: x, then y
+    planted_run(second, "a-s1", T0 + 1100, T0 + 1200)
+    assert sweep_time.timing(first).wall == 200 and sweep_time.timing(second).wall == 220
+    assert sweep_time.main([str(first), str(second)]) == 0
+    all_row = capsys.readouterr().out.splitlines()[4]
+    assert all_row == "| **all** | 4 | 100 / 100 / 120 | 420 | 320 s (0.09 h) |"
 
 
 def test_a_run_without_its_log_or_an_empty_experiment_is_a_one_line_error(tmp_path, capsys):
