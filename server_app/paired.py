@@ -133,7 +133,8 @@ def plot_differences(path: Path, comparisons: Sequence[tuple[str, str, float, fl
         mean, lo, hi = (np.array([rows[labels[i]][j] for i in y]) for j in range(3))
         ax.errorbar(mean, y, xerr=[mean - lo, hi - mean], fmt="o", capsize=3)
         ax.axvline(0, color="gray", lw=0.8)
-        ax.set_title({"overall": "Self", "others": "Others"}[key] + f" accuracy − {base} (pp)")
+        name = {"overall": "Self", "others": "Others"}[key]
+        ax.set_title(f"{name} accuracy (pp)\n− {base}, 95 % interval", fontsize=9)
         ax.set_yticks(range(len(labels)), labels)
         ax.invert_yaxis()
     return save_figure(fig, path)
