@@ -4,6 +4,7 @@ combined forward) and the run wiring (settings, two in-process runs on tiny-vilt
 
 from __future__ import annotations
 
+import itertools
 import json
 import time
 
@@ -12,6 +13,7 @@ import pytest
 import torch
 from flwr.app import Context, Message, RecordDict
 from safetensors.numpy import load_file
+from scipy.spatial.distance import cdist
 
 import tasks
 from client_app import pia as client_app_pia
@@ -22,7 +24,7 @@ from server_app.app import app as server_app
 from server_app.results import Recorder
 from settings import ConfigError, RunConfig, default_config
 from strategies.aggregation import ClientUpdate, fedpia, masked_fedavg
-from strategies.aggregation.fedpia import integrate_adapter
+from strategies.aggregation.fedpia import integrate_adapter, integration_passes
 from strategies.records import from_record
 from tasks import client_pia
 from tasks.alignment import lora_pairs, match_neurons, neuron_supports, permute_pair
@@ -443,24 +445,51 @@ def test_server_pia_on_the_default_model_takes_milliseconds_a_round():
 
 
 # ---------------------------------------------------------------------- fedpia-iterations (issue 29)
-PLANTED_A = np.array([[0.4, -1.6], [1.6, 0.6], [1.2, -0.5]])  # r = 3 neurons, 2-dim supports
-PLANTED_B = np.array([[-1.3, 1.8, 0.8], [-1.8, -0.5, -0.6]])
-PLANTED_PERMS = ([1, 2, 0], [2, 0, 1], [2, 1, 0], [0, 2, 1])  # four clients, one adapter reordered
+# Four clients hold the rank units of one adapter (A: 3 x 2, B: 2 x 3) in the planted orders below,
+# each unit moved by its own training noise, so their neurons differ (a seeded search, noise 0.2).
+PLANTED_ORDER = ([0, 2, 1], [0, 2, 1], [0, 1, 2], [1, 0, 2])  # client k's slot i holds common unit [k][i]
+PLANTED_A = np.array([[[-0.14, -0.44], [-0.96, 0.48], [1.1, -0.86]],
+                      [[0.0, -0.8], [-1.12, 1.22], [0.7, -1.46]],
+                      [[0.26, -1.06], [0.62, -0.62], [-1.28, 0.24]],
+                      [[0.9, -1.16], [0.24, -0.96], [-1.08, 0.8]]])
+PLANTED_B = np.array([[[1.7, 0.94, 1.2], [0.32, 0.78, -0.38]],
+                      [[1.12, 1.7, 1.56], [0.42, 0.18, -0.32]],
+                      [[1.02, 1.72, 1.5], [0.48, -0.12, 0.74]],
+                      [[1.06, 1.42, 1.48], [-0.82, 0.64, 0.68]]])
+
+
+def _assignment_margin(source: np.ndarray, target: np.ndarray) -> float:
+    """(second-best − best) / best transport cost over every assignment of the neurons (r! of
+    them): how far the OT problem is from a tie."""
+    cost = cdist(source, target)
+    totals = sorted(cost[list(p), range(len(p))].sum() for p in itertools.permutations(range(len(cost))))
+    return (totals[1] - totals[0]) / totals[0]
 
 
 def test_one_pia_pass_misaligns_a_planted_case_that_iterating_to_a_fixed_point_recovers():
-    """Four clients hold rank-unit permutations of one adapter (same B·A). Aligned once to the
-    FedAvg of the unaligned adapters (the paper's server step), a blended slot sends some client's
-    neuron to the wrong place; re-aligning to the integrated adapter until the assignment settles
-    recovers the common adapter exactly."""
-    a_list = [PLANTED_A[p] for p in PLANTED_PERMS]
-    b_list = [PLANTED_B[:, p] for p in PLANTED_PERMS]
-    target = PLANTED_B @ PLANTED_A
-    assert all(np.allclose(b @ a, target) for a, b in zip(a_list, b_list, strict=True))
-    once = integrate_adapter(a_list, b_list, [1, 1, 1, 1], gamma=0.0)
-    assert np.abs(once[1] @ once[0] - target).max() > 0.1
-    fixed = integrate_adapter(a_list, b_list, [1, 1, 1, 1], gamma=0.0, iterations=5)
-    np.testing.assert_allclose(fixed[1] @ fixed[0], target, atol=1e-6)
+    """Aligned once to the FedAvg of the unaligned adapters (the paper's server step), the blended
+    slots send two clients' units to other places than the rest; re-aligning to the integrated
+    adapter until the assignment settles puts every client's units where the planted orders say.
+    Every OT problem on both paths is at least 5 % away from a tie, so neither the CPU's summation
+    order nor the solver's tie-breaking decides it: the outcome is checked for all 24 client
+    orders."""
+    inverse = [np.argsort(order) for order in PLANTED_ORDER]  # the planted alignment
+    right_a = np.mean([a[i] for a, i in zip(PLANTED_A, inverse, strict=True)], axis=0)
+    right_b = np.mean([b[:, i] for b, i in zip(PLANTED_B, inverse, strict=True)], axis=0)
+    right = right_b @ right_a
+    for clients in itertools.permutations(range(4)):
+        a_list, b_list = [PLANTED_A[k] for k in clients], [PLANTED_B[k] for k in clients]
+        global_a, global_b = np.mean(a_list, axis=0), np.mean(b_list, axis=0)  # pass 1's target
+        passes = [(global_a, global_b), *integration_passes(a_list, b_list, [1] * 4, gamma=0.0)]
+        assert len(passes) == 3  # pass 2 changes the assignment of pass 1, pass 3 finds it settled
+        for a_glob, b_glob in passes:
+            margins = [_assignment_margin(neuron_supports(a, b), neuron_supports(a_glob, b_glob))
+                       for a, b in zip(a_list, b_list, strict=True)]
+            assert min(margins) > 0.05
+        once = integrate_adapter(a_list, b_list, [1] * 4, gamma=0.0)
+        assert np.abs(once[1] @ once[0] - right).max() > 0.1 * np.abs(right).max()
+        fixed = integrate_adapter(a_list, b_list, [1] * 4, gamma=0.0, iterations=5)
+        np.testing.assert_allclose(fixed[1] @ fixed[0], right, atol=1e-9)
     assert fedpia({}, [], iterations=1).global_state == {}
     with pytest.raises(ValueError, match="fedpia-iterations = 0"):
         fedpia({}, [], iterations=0)

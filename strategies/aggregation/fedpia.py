@@ -23,7 +23,8 @@ averaged by masked FedAvg. ``align = False`` (``fedpia-level = "client"``, the p
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Iterator, Sequence
+from itertools import islice
 
 import numpy as np
 
@@ -64,25 +65,36 @@ def integrate_adapter(a_list: Sequence[np.ndarray], b_list: Sequence[np.ndarray]
                       counts: Sequence[int], *, gamma: float = 1.0, integration: str = "normalised",
                       iterations: int = 1) -> tuple[np.ndarray, np.ndarray]:
     """Steps 1-3 of the module docstring for one adapter: K clients' (A_k, B_k) -> global (A, B),
-    in float64.
+    in float64, after at most ``iterations`` passes of `integration_passes`."""
+    *_, last = islice(integration_passes(a_list, b_list, counts, gamma=gamma, integration=integration),
+                      iterations)
+    return last
 
-    ``iterations`` > 1 (``fedpia-iterations``, a deviation from the paper's single pass): align
-    every client again, now to the latest integrated adapter, and integrate again (distances to
-    that adapter), until no client's assignment changes or the count is reached. One pass aligns
-    to the FedAvg of unaligned adapters, which can mix different neurons in one slot; a client
-    aligned to that blend can be left misaligned (tests/test_fedpia.py plants such a case)."""
+
+def integration_passes(a_list: Sequence[np.ndarray], b_list: Sequence[np.ndarray],
+                       counts: Sequence[int], *, gamma: float = 1.0, integration: str = "normalised"
+                       ) -> Iterator[tuple[np.ndarray, np.ndarray]]:
+    """The integrated adapter after each server-PIA pass, until the assignment settles.
+
+    Pass 1 is the paper's: align every client to the FedAvg of the unaligned adapters and
+    integrate. Every further pass (``fedpia-iterations`` > 1, a deviation from the paper's single
+    pass) aligns every client again, now to the latest integrated adapter, and integrates again
+    (distances to that adapter); the passes stop when no client's assignment changes. The FedAvg
+    of unaligned adapters can blend different neurons in one slot, and clients whose neurons differ
+    (they trained differently) can then be aligned to that blend inconsistently; re-aligning to the
+    integrated adapter repairs it (tests/test_fedpia.py plants such a case)."""
     a_own = np.stack(a_list).astype(np.float64)
     b_own = np.stack(b_list).astype(np.float64)
     alpha = np.asarray(counts, dtype=np.float64)
     alpha = alpha / alpha.sum() if alpha.sum() > 0 else np.full(len(alpha), 1 / len(alpha))
     a_glob, b_glob = np.tensordot(alpha, a_own, axes=1), np.tensordot(alpha, b_own, axes=1)
     previous = None
-    for _ in range(iterations):
+    while True:
         target = neuron_supports(a_glob, b_glob)
         perms = [match_neurons(neuron_supports(a_k, b_k), target)
                  for a_k, b_k in zip(a_own, b_own, strict=True)]
         if previous is not None and all(np.array_equal(p, q) for p, q in zip(perms, previous, strict=True)):
-            break  # the assignment has settled
+            return  # the assignment has settled
         aligned = [permute_pair(a_k, b_k, p) for a_k, b_k, p in zip(a_own, b_own, perms, strict=True)]
         a, b = np.stack([x for x, _ in aligned]), np.stack([y for _, y in aligned])
         distance = np.sqrt(((a - a_glob) ** 2).reshape(len(a), -1).sum(1)
@@ -93,4 +105,4 @@ def integrate_adapter(a_list: Sequence[np.ndarray], b_list: Sequence[np.ndarray]
             weights = alpha * np.exp(-gamma * (distance - distance.min()))
             weights /= weights.sum()
         a_glob, b_glob, previous = np.tensordot(weights, a, axes=1), np.tensordot(weights, b, axes=1), perms
-    return a_glob, b_glob
+        yield a_glob, b_glob
