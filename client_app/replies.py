@@ -10,11 +10,10 @@ message. The server logs the reason once per node and goes on with the other nod
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from logging import WARNING, getLogger
 
 from flwr.app import Context, Error, Message
-from flwr.clientapp.typing import ClientAppCallable
 
 from flower_compat import client_app_error_code
 from settings import ConfigError
@@ -29,7 +28,8 @@ class Refused(ValueError):
 _logged: set[tuple[int, str]] = set()
 
 
-def error_replies(msg: Message, context: Context, call_next: ClientAppCallable) -> Message:
+def error_replies(msg: Message, context: Context, call_next: Callable[[Message, Context], Message]
+                  ) -> Message:
     """Flower mod: a ConfigError or Refused becomes an error reply naming the setting or field."""
     try:
         return call_next(msg, context)

@@ -3,6 +3,8 @@
 from __future__ import annotations
 
 import ast
+import importlib
+import re
 import subprocess
 import sys
 import tomllib
@@ -15,12 +17,21 @@ from deploy import launch
 from flower_compat import FlowerVersionError, check_version, release_mismatch, supported
 from settings import PROJECT_ROOT
 
-PRIVATE = ("flwr.supercore", "flwr.proto", "flwr.server", "flwr.common", "flwr.simulation.run_simulation",
-           "flwr.cli", "flwr.supernode", "flwr.superlink")
+PUBLIC = ("flwr", "flwr.app", "flwr.clientapp", "flwr.serverapp", "flwr.serverapp.strategy")
+"""Flower's public modules for this project (the Message API); a name is public when it is one of
+these modules or in one of their ``__all__``."""
+DOTTED = re.compile(r"flwr(\.\w+)+")
 
 
-def is_private(module: str) -> bool:
-    return any(module == p or module.startswith(p + ".") for p in PRIVATE)
+def is_public(path: str) -> bool:
+    """Whether the dotted Flower name `path` is a public module or a name in a public module's
+    ``__all__`` (what such a name holds is its own business)."""
+    module, *parts = path.split(".")
+    for part in parts:
+        if f"{module}.{part}" not in PUBLIC:
+            return part in importlib.import_module(module).__all__
+        module = f"{module}.{part}"
+    return True
 
 
 def project_files() -> list[str]:
@@ -30,43 +41,101 @@ def project_files() -> list[str]:
     return [f for f in listed if not f.startswith(("tests/", "flower_compat/"))]
 
 
+def _constant(node: ast.AST, strings: dict[str, str]) -> str | None:
+    """The string an expression always evaluates to (literals, names bound to them, ``+`` and
+    f-strings of those), else None."""
+    if isinstance(node, ast.Constant):
+        return node.value if isinstance(node.value, str) else None
+    if isinstance(node, ast.Name):
+        return strings.get(node.id)
+    if isinstance(node, ast.BinOp) and isinstance(node.op, ast.Add):
+        left, right = _constant(node.left, strings), _constant(node.right, strings)
+        return None if left is None or right is None else left + right
+    if isinstance(node, ast.JoinedStr):
+        parts = [_constant(v.value if isinstance(v, ast.FormattedValue) else v, strings) for v in node.values]
+        return None if None in parts else "".join(parts)
+    return None
+
+
+def _flower_path(node: ast.AST, bound: dict[str, str]) -> str | None:
+    """``flwr.x.y`` for an attribute chain (or ``getattr(m, "y")``) on a name bound to Flower."""
+    if isinstance(node, ast.Name):
+        return bound.get(node.id)
+    if isinstance(node, ast.Attribute):
+        root = _flower_path(node.value, bound)
+        return None if root is None else f"{root}.{node.attr}"
+    if (isinstance(node, ast.Call) and isinstance(node.func, ast.Name) and node.func.id == "getattr"
+            and len(node.args) >= 2 and isinstance(node.args[1], ast.Constant)):
+        root = _flower_path(node.args[0], bound)
+        return None if root is None else f"{root}.{node.args[1].value}"
+    return None
+
+
 def private_uses(path: str) -> list[str]:
-    """Imports of private Flower modules or ``_`` names from flwr, and such module names in strings."""
+    """Every use of a Flower name that is not public (`is_public`): imports (``import flwr.x``,
+    ``from flwr import x``), attribute chains on an imported Flower name, ``getattr``, and
+    constant strings naming one, also when built with ``+`` or f-strings from constants."""
     tree = ast.parse((PROJECT_ROOT / path).read_text(), path)
-    found = []
+    strings = {t.id: v for node in ast.walk(tree) if isinstance(node, ast.Assign)
+               for t in node.targets if isinstance(t, ast.Name)
+               and (v := _constant(node.value, {})) is not None}
+    bound: dict[str, str] = {}
+    uses: list[tuple[int, str]] = []
     for node in ast.walk(tree):
         if isinstance(node, ast.Import):
-            modules = [(alias.name, []) for alias in node.names]
-        elif isinstance(node, ast.ImportFrom) and node.module:
-            modules = [(node.module, [alias.name for alias in node.names])]
-        elif isinstance(node, ast.Constant) and isinstance(node.value, str):
-            modules = [(node.value, [])] if is_private(node.value) else []
-        else:
+            for alias in node.names:
+                uses.append((node.lineno, alias.name))
+                root = alias.name.split(".")[0]  # `import flwr.app` binds flwr
+                bound[alias.asname or root] = alias.name if alias.asname else root
+        elif isinstance(node, ast.ImportFrom) and node.module and node.level == 0:
+            for alias in node.names:
+                uses.append((node.lineno, f"{node.module}.{alias.name}"))
+                bound[alias.asname or alias.name] = f"{node.module}.{alias.name}"
+    for node in ast.walk(tree):
+        if (text := _flower_path(node, bound)) is None and (text := _constant(node, strings)) is None:
             continue
-        for module, names in modules:
-            if not (module == "flwr" or module.startswith("flwr.")):
-                continue
-            if is_private(module) or any(part.startswith("_") for part in module.split(".")):
-                found.append(f"{path}:{node.lineno} {module}")
-            found += [f"{path}:{node.lineno} {module}.{n}" for n in names if n.startswith("_")]
-    return found
+        if DOTTED.fullmatch(text):
+            uses.append((getattr(node, "lineno", 0), text))
+    return sorted({f"{path}:{line} {name}" for line, name in uses
+                   if name.split(".")[0] == "flwr" and not is_public(name)})
 
 
-def test_no_project_file_outside_the_compatibility_module_uses_a_private_flower_module():
+def test_no_project_file_outside_the_compatibility_module_uses_a_private_flower_name():
     files = project_files()
     assert "run_simulation.py" in files and "deploy/launch.py" in files and "client_app/worker.py" in files
     assert [use for f in files for use in private_uses(f)] == []
 
 
-def test_the_scan_finds_private_imports(tmp_path, monkeypatch):
-    """The check above can fail: a planted file with each kind of private use is caught."""
-    planted = tmp_path / "planted.py"
-    planted.write_text("from flwr.supercore import log\nimport flwr.proto.control_pb2\n"
-                       "from flwr.simulation.run_simulation import _run_simulation\n"
-                       "from flwr.app import _private\nname = 'flwr.server.superlink.linkstate'\n"
-                       "from flwr.app import Message\n")
+@pytest.mark.parametrize("source, private", [
+    ("from flwr.supercore import log\n", "flwr.supercore.log"),
+    ("import flwr.proto.control_pb2\n", "flwr.proto.control_pb2"),
+    ("from flwr.simulation.run_simulation import _run_simulation\n",
+     "flwr.simulation.run_simulation._run_simulation"),
+    ("from flwr.app import _private\n", "flwr.app._private"),
+    ("from flwr import supercore\n", "flwr.supercore"),
+    ("from flwr.clientapp.typing import ClientAppCallable\n", "flwr.clientapp.typing.ClientAppCallable"),
+    ("import flwr\nx = flwr.supercore.x\n", "flwr.supercore"),
+    ("import flwr.app as fa\nx = fa.internal_thing\n", "flwr.app.internal_thing"),
+    ("import flwr\nx = getattr(flwr, 'supercore')\n", "flwr.supercore"),
+    ("name = 'flwr.server.superlink.linkstate'\n", "flwr.server.superlink.linkstate"),
+    ("import importlib\nm = importlib.import_module('flwr.' + 'supercore')\n", "flwr.supercore"),
+    ("import importlib\npart = 'proto'\nm = importlib.import_module(f'flwr.{part}.x')\n", "flwr.proto.x"),
+])
+def test_the_scan_finds_each_kind_of_private_use(source, private, tmp_path, monkeypatch):
+    """The check above can fail: a planted file with one kind of private use is caught, naming it."""
+    (tmp_path / "planted.py").write_text(source)
     monkeypatch.setattr(sys.modules[__name__], "PROJECT_ROOT", tmp_path)
-    assert len(private_uses("planted.py")) == 6  # the last import is public
+    uses = private_uses("planted.py")
+    assert any(use.endswith(f" {private}") for use in uses), uses
+
+
+def test_the_scan_passes_public_uses(tmp_path, monkeypatch):
+    (tmp_path / "planted.py").write_text(
+        "import flwr\nfrom flwr.app import Message, Context\nfrom flwr.serverapp.strategy import Result\n"
+        "import flwr.serverapp as sa\nx = flwr.app.Message\ny = sa.strategy.FedAvg\nz = Message.reply_to\n"
+        "cli = 'flwr run'\nconf = 'tool.flwr.app.config'\n")
+    monkeypatch.setattr(sys.modules[__name__], "PROJECT_ROOT", tmp_path)
+    assert private_uses("planted.py") == []
 
 
 def test_the_supported_range_is_pyprojects_bounded_flwr_requirement_and_holds_the_installed_flower():
