@@ -117,13 +117,17 @@ def simulate(config: RunConfig, num_clients: int, client_cpus: float, client_gpu
              cpus: int | None = None) -> None:
     """Run the app exactly as ``flwr run`` does in its simulation process, but in this process;
     ``cpus`` caps the CPUs Ray hands out (so several runs can share a machine without
-    oversubscribing it: `server_app.experiments` with ``--jobs``)."""
+    oversubscribing it: `server_app.experiments` with ``--jobs``). Unless this process is already
+    attached to a cluster (`server_app.ray_cluster.attach`, in which case Flower's backend uses that
+    connection), Ray starts afresh on this machine (``address = "local"``): a plain ``ray.init()``
+    would join any cluster someone started here with ``ray start`` (it reads Ray's current-cluster
+    file), skipping the attach checks, and hang on a stale file of a cluster that was killed."""
     os.environ.setdefault("RAY_ENABLE_WINDOWS_OR_OSX_CLUSTER", "0")  # Ray binds 127.0.0.1 only
     from flower_compat import simulate as simulate_app
 
     simulate_app(SERVER_APP, CLIENT_APP, PROJECT_ROOT, config.to_dict(), num_clients,
                  {"client_resources": {"num_cpus": client_cpus, "num_gpus": client_gpus},
-                  "init_args": {"logging_level": "ERROR", "log_to_driver": True,
+                  "init_args": {"address": "local", "logging_level": "ERROR", "log_to_driver": True,
                                 **({} if cpus is None else {"num_cpus": cpus})}})
 
 
@@ -170,8 +174,9 @@ def sweep(args: argparse.Namespace, overrides: dict[str, object], argv: list[str
     num_clients = client_count(first, args.num_clients)
     if args.jobs < 1:
         raise ConfigError(f"--jobs {args.jobs} must be >= 1")
-    if args.ray_address:  # every run of the sweep attaches to the cluster (Ray reads RAY_ADDRESS)
+    if args.ray_address:  # checked once here; every run then attaches too (its $RAY_ADDRESS)
         check_cpus(args.cpus, args.client_cpus, args.ray_address)
+        attach_once(args.ray_address, args.client_cpus, args.client_gpus, experiment_dir)
         os.environ["RAY_ADDRESS"], cpus = args.ray_address, None
     else:
         cpus = (args.cpus if args.cpus is not None or args.jobs == 1
@@ -198,6 +203,17 @@ def sweep(args: argparse.Namespace, overrides: dict[str, object], argv: list[str
         print(f"error: {len(failed)} runs failed: {', '.join(failed)}", file=sys.stderr)
         return 1
     return 0
+
+
+def attach_once(address: str, client_cpus: float, client_gpus: float, shared: Path) -> None:
+    """The attach checks of `server_app.ray_cluster` (a ConfigError names what fails), then
+    disconnect: a sweep's runs are processes of their own that attach again."""
+    import ray
+
+    from server_app.ray_cluster import attach
+
+    print(attach(address, client_cpus, client_gpus, shared).describe(), flush=True)
+    ray.shutdown()
 
 
 def main(argv: list[str] | None = None) -> int:

@@ -11,8 +11,11 @@ and connects to loopback only. Steps, each recorded in ``<out>/scenario.json``:
 2. the 2-round job attached with ``run_simulation.py --ray-address`` (one client actor per node),
    then Ray's state API for nodes and client actors;
 3. Flower's own Ray backend, as ``flwr run``'s simulation process builds it, with ``RAY_ADDRESS``;
-4. the refusals: a client larger than any node, ``--cpus`` while attaching;
-5. every process of both sessions stopped by its PID (never ``ray stop``), and what is left.
+4. the refusals: a client larger than any node, ``--cpus`` while attaching, and the same client in a
+   sweep (``--seeds``), which checks once before its first run;
+5. a run with no address (and no ``RAY_ADDRESS``) while the cluster runs: it starts a Ray of its own
+   rather than joining the cluster that ``ray start`` left in Ray's current-cluster file;
+6. every process of both sessions stopped by its PID (never ``ray stop``), and what is left.
 """
 
 from __future__ import annotations
@@ -55,7 +58,9 @@ def main(out: Path) -> None:
     env = {**os.environ, "RAY_USAGE_STATS_ENABLED": "0", "PYTHONUNBUFFERED": "1"}
     for key in ("RAY_ADDRESS", "RAY_ENABLE_WINDOWS_OR_OSX_CLUSTER"):
         env.pop(key, None)
-    temp_dir = tempfile.mkdtemp(prefix="ray", dir="/tmp")  # short: Ray's socket paths are limited
+    # Ray's temp folder (sessions, and the current-cluster file `ray.init()` reads) in a short folder
+    # of our own: Ray's socket paths are limited, and the machine's /tmp/ray stays untouched
+    env["RAY_TMPDIR"] = tempfile.mkdtemp(prefix="ray", dir="/tmp")
     address = f"127.0.0.1:{PORT}"
     record: dict = {"address": address}
     starters: list[subprocess.Popen] = []
@@ -69,7 +74,7 @@ def main(out: Path) -> None:
         return {"code": proc.returncode, "output": output[-3000:]}
 
     try:
-        record["head"] = start("--head", "--port", str(PORT), "--temp-dir", temp_dir, "--include-dashboard",
+        record["head"] = start("--head", "--port", str(PORT), "--include-dashboard",
                                "true", "--dashboard-host", "127.0.0.1", "--dashboard-port", str(DASHBOARD))
         record["worker"] = start("--address", address)
         simulate = [sys.executable, "run_simulation.py", "--num-clients", "2"]
@@ -91,6 +96,19 @@ def main(out: Path) -> None:
         record["no_room_files"] = sorted(p.name for p in (out / "no-room").glob("*"))
         record["with_cpus"] = run([*simulate, "--ray-address", address, "--cpus", "1", "--client-cpus", "1",
                                    "--run-config", f"{JOB} results-dir='{out / 'with-cpus'}'"], env)
+        record["sweep_no_room"] = run([*simulate, "--seeds", "0,1", "--experiment", "sweep", "--ray-address",
+                                       address, "--client-cpus", "2", "--run-config",
+                                       f"{JOB} results-dir='{out / 'sweep'}'"], env)
+        record["sweep_files"] = sorted(str(p.relative_to(out)) for p in (out / "sweep").rglob("*"))
+
+        def client_actors() -> int:
+            return len(list_actors(address=address, filters=[("class_name", "=", "ClientAppActor")],
+                                   limit=1000))
+
+        record["actors_before_local"] = client_actors()
+        record["local"] = run([*simulate, "--client-cpus", "1", "--run-config",
+                               f"{JOB} results-dir='{results}' run-name='local'"], env)
+        record["actors_after_local"] = client_actors()
     finally:
         sessions = {p.pid for p in starters}  # each `ray start` led its own session
         record["processes"] = len(sessions_processes(sessions))

@@ -84,6 +84,22 @@ def test_cpus_cannot_be_given_when_attaching(scenario):
     assert "cannot be used with --ray-address" in one_line_error(scenario["with_cpus"])
 
 
+def test_a_sweep_checks_the_cluster_once_before_its_first_run(scenario):
+    err = one_line_error(scenario["sweep_no_room"])
+    assert err.startswith("error: --ray-address '127.0.0.1:6380': no node of the cluster can host one "
+                          "client with --client-cpus 2")
+    files = scenario["sweep_files"]
+    assert not any("runs/" in f or f.endswith(".log") for f in files), files
+
+
+def test_a_run_without_an_address_starts_its_own_ray_instead_of_joining_a_running_cluster(scenario):
+    """Ray's ``ray.init()`` would join the cluster ``ray start`` recorded on this machine; the run
+    completes without one client actor on that cluster."""
+    assert scenario["local"]["code"] == 0, scenario["local"]
+    assert "Ray cluster at" not in scenario["local"]["stdout"]
+    assert scenario["actors_before_local"] == scenario["actors_after_local"] > 0
+
+
 def test_both_nodes_are_stopped_by_process_id(scenario):
     assert scenario["processes"] >= 4  # GCS, two raylets, their agents and workers
     assert scenario["left"] == []
