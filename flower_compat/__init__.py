@@ -8,8 +8,10 @@ name the project needs is imported here, lazily, by `_private`: a Flower release
 raises `FlowerVersionError`, one line naming the installed version and the supported range, not a
 traceback. tests/test_flower_compat.py fails if a private Flower module is imported anywhere else.
 
-Each private import below says why no public API serves and on which releases it was checked
-(`CHECKED_ON`: the full test suite ran on each).
+Each private import below says why no public API serves. CI checks both ends of the range
+(`checked_on`): the whole suite on the newest release pip resolves, then the tests that touch
+Flower (compatibility, simulation, a deployed run, the site worker) on the lowest allowed
+(`lowest_supported`, installed by .ci/run).
 """
 
 from __future__ import annotations
@@ -29,7 +31,6 @@ from packaging.version import InvalidVersion, Version
 from settings.errors import ConfigError
 
 PYPROJECT = Path(__file__).resolve().parent.parent / "pyproject.toml"
-CHECKED_ON = ("1.41.0", "1.42.0")
 
 
 class FlowerVersionError(ConfigError):
@@ -46,6 +47,19 @@ def supported() -> SpecifierSet:
         if found:
             return SpecifierSet(found.group(2).strip())
     raise FlowerVersionError(f"{PYPROJECT}: no flwr requirement in [project] dependencies")
+
+
+def lowest_supported() -> str:
+    """The lowest release the range allows (its ``>=`` bound as X.Y.Z), which .ci/run installs."""
+    lows = [Version(s.version) for s in supported() if s.operator == ">="]
+    if len(lows) != 1:
+        raise FlowerVersionError(f"{PYPROJECT}: the flwr requirement needs one '>=' bound, got {supported()}")
+    return ".".join(map(str, (*lows[0].release, 0, 0)[:3]))
+
+
+def checked_on() -> str:
+    """What CI checks: the two ends of the range."""
+    return f"{lowest_supported()} and the newest release in flwr{supported()}"
 
 
 @cache
@@ -93,8 +107,7 @@ def _private(module: str, *names: str) -> Any:
     except (ImportError, AttributeError) as err:
         raise FlowerVersionError(
             f"Flower {flower_version()} has no {module}.{'/'.join(names)} ({type(err).__name__}), "
-            f"which this project needs; it supports flwr{supported()}, checked on "
-            f"{', '.join(CHECKED_ON)}") from None
+            f"which this project needs; it supports flwr{supported()}, checked on {checked_on()}") from None
     return values[0] if len(values) == 1 else values
 
 

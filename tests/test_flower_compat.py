@@ -144,7 +144,22 @@ def test_the_supported_range_is_pyprojects_bounded_flwr_requirement_and_holds_th
     assert len(flwr) == 1 and SpecifierSet(flwr[0].removeprefix("flwr[simulation]")) == supported()
     assert any(s.operator == "<" for s in supported()), "the range needs an upper bound"
     assert check_version() == flower_compat.flower_version()
-    assert all(v in supported() for v in flower_compat.CHECKED_ON)
+    assert flower_compat.lowest_supported() in supported()
+    assert flower_compat.lowest_supported() == "1.41.0"  # pyproject's >=1.41
+
+
+def test_ci_installs_the_lowest_allowed_flower_and_runs_the_flower_tests_on_it():
+    """`checked_on` is what .ci/run does: after the README's test command, the lowest release of
+    the range (read from flower_compat, i.e. pyproject) and the tests that touch Flower."""
+    ci = (PROJECT_ROOT / ".ci" / "run").read_text()
+    readme = (PROJECT_ROOT / "README.md").read_text()
+    test_command = next(line for line in ci.splitlines() if line.startswith("pip install torch"))
+    assert f"\n{test_command}\n" in readme
+    lower = ci[ci.index(test_command):]
+    assert "flower_compat.lowest_supported()" in lower and 'flwr[simulation]==$lowest' in lower
+    for module in ("tests/test_flower_compat.py", "tests/test_simulation.py", "tests/test_deploy.py",
+                   "tests/test_site_worker.py"):
+        assert module in lower
 
 
 @pytest.mark.parametrize("installed", ["1.43.0", "1.40.2", "2.0.0", "not-a-version"])
