@@ -167,7 +167,7 @@ def plot_differences(path: Path, drawn: Sequence[tuple[str, str, dict[int, float
         name = {"overall": "Self", "others": "Others"}[key]
         ax.set_title(f"{name} accuracy (pp)\n− {base}, 95 % interval", fontsize=9)
         ax.set_yticks(range(len(labels)), labels)
-        ax.invert_yaxis()
+    axes[0, 0].invert_yaxis()  # once: the panels share the y axis, a second call would undo it
     return save_figure(fig, path)
 
 
