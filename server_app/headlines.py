@@ -106,11 +106,16 @@ def interval(name: str, row: str, base: str, metric: str = "overall") -> tuple[f
     return paired_interval(diffs, [0.0] * len(diffs))
 
 
-def value(name: str, key: str, column: str, key_column: str = "strategy") -> float:
+def value_cell(name: str, key: str, column: str, key_column: str = "strategy") -> str:
+    """The cell of `column` in the one row of CSV `name` whose `key_column` is `key`."""
     match = [r[column] for r in rows(name) if r[key_column] == key]
     if len(match) != 1:
         raise ValueError(f"{name}: {len(match)} rows with {key_column} = {key!r} (need 1)")
-    return number(match[0])
+    return match[0]
+
+
+def value(name: str, key: str, column: str, key_column: str = "strategy") -> float:
+    return number(value_cell(name, key, column, key_column))
 
 
 def column(name: str, col: str) -> list[float]:
@@ -142,6 +147,20 @@ def _range(*names: str) -> list[float]:
     values = [v for name in names
               for v in column(name, "overall" if "optimizers" in name else "overall_mean")]
     return [min(values), max(values)]
+
+
+def _wall_hours(name: str) -> float:
+    """The wall time of a `server_app.sweep_time` table's ``all`` row ('5588 s (1.55 h)'), in hours."""
+    return number(next(r["wall"] for r in rows(name) if r["experiment"] == "all").split(" s")[0]) / 3600
+
+
+def _optimiser_batch() -> tuple[int, float]:
+    """Runs and wall seconds of bench-yesno's last batch (the four other optimisers), timed on its own
+    after a pause and printed in docs/results/README.md ('opt runs 12 wall 1043.1...')."""
+    found = re.search(r"opt runs (\d+) wall ([\d.]+)", (RESULTS / "README.md").read_text(encoding="utf-8"))
+    if found is None:
+        raise ValueError("docs/results/README.md: the optimiser batch's timing line is gone")
+    return int(found[1]), float(found[2])
 
 
 def _screening(*cells: tuple[str, str]) -> list[float]:
@@ -178,6 +197,15 @@ CHECKS: tuple[Check, ...] = (
           lambda: _vs_fedavg("sima-pq")),
     Check("bench-agg.md, 5 seeds: FedAvg − local {} pp with it", NO_CONFLICT[:1],
           lambda: interval(*NO_CONFLICT)[:1]),
+    Check("The whole sweep, {} runs, took {} h on 2 cores", ("bench-yesno/sweep_time.csv", "README.md"),
+          lambda: [value("bench-yesno/sweep_time.csv", "all", "runs", "experiment") + _optimiser_batch()[0],
+                   _wall_hours("bench-yesno/sweep_time.csv") + _optimiser_batch()[1] / 3600]),
+    Check("the 30 runs of `bench-yesno-k2` with `--jobs 2` took {} s wall", ("bench-yesno/sweep_time.csv",),
+          lambda: [number(value_cell("bench-yesno/sweep_time.csv", "bench-yesno-k2", "wall", "experiment")
+                          .split(" s")[0])]),
+    Check("`docs/results/bench-agg/sweep.sh`, {} runs in {} h with `--jobs 2`", ("bench-agg/sweep_time.csv",),
+          lambda: [sum(column("bench-agg/sweep_time.csv", "runs")[:-1]),  # every row but "all"
+                   _wall_hours("bench-agg/sweep_time.csv")]),
     Check("heads alone {} % at head-lr 3e-3 against {} % at 1e-4, all adapters {} % against {} %, and {} % "
           "at 1e-4 after 160 steps", ("sensitivity/screening.csv",),
           lambda: _screening(("1", "none"), ("6", "none"), ("1", "all"), ("6", "all"), ("5", "all"))),

@@ -10,6 +10,8 @@ x $R/bench-agg.md $R/bench-agg/vs-fedavg.csv --section "Paired against FedAvg"
 x $R/bench-agg.md $R/bench-agg/vs-local.csv --section "Paired against local training"
 x $R/bench-agg.md $R/bench-agg/no-conflict.csv --section "Without the conflict"
 x $R/bench-agg.md $R/bench-agg/runs.csv --section "Results (last round"
+x $R/bench-agg.md $R/bench-agg/sweep_time.csv --section "Setting and runs" --table 1
+x $R/README.md $R/bench-yesno/sweep_time.csv --section "The whole sweep: commands and time"
 x $R/bench-yesno/paired.md $R/bench-yesno/paired.csv --table 1
 x $R/bench-yesno-budget/paired.md $R/bench-yesno-budget/runs.csv --table 0
 x $R/bench-yesno-budget/paired.md $R/bench-yesno-budget/paired.csv --table 1
