@@ -5,7 +5,7 @@ from pathlib import Path
 
 import pytest
 
-from server_app.headlines import CHECKS, check, extract, interval, main, markdown_tables, tolerance
+from server_app.headlines import CHECKS, RESULTS, check, extract, interval, main, markdown_tables, tolerance
 from server_app.paired import read_differences
 
 PAIRED_MD = """# x
@@ -66,3 +66,30 @@ def test_tolerance_is_half_a_printed_digit_plus_the_tables_rounding() -> None:
     assert tolerance("+17.1") == pytest.approx(0.06)
     assert tolerance("0.13") == pytest.approx(0.015)
     assert tolerance("75") == pytest.approx(0.51)
+
+
+# committed differences CSV <- the printed table it was copied from (docs/results/tables.sh)
+PAIRED_SOURCES = [
+    ("bench-agg/vs-fedavg.csv", "bench-agg.md", "Paired against FedAvg", None),
+    ("bench-agg/vs-local.csv", "bench-agg.md", "Paired against local training", None),
+    ("bench-agg/no-conflict.csv", "bench-agg.md", "Without the conflict", None),
+    ("bench-yesno/paired.csv", "bench-yesno/paired.md", "", 1),
+    ("bench-yesno-budget/paired.csv", "bench-yesno-budget/paired.md", "", 1),
+    ("sensitivity-aggregation/paired.csv", "sensitivity-aggregation.md", "Results", 1),
+]
+
+
+@pytest.mark.parametrize(("table", "source", "section", "index"), PAIRED_SOURCES)
+def test_every_printed_interval_is_recomputed_from_the_committed_differences(table, source, section, index):
+    """Each printed row's mean and 95 % interval (two decimals) from the CSV's per-seed differences."""
+    printed = markdown_tables((RESULTS / source).read_text(encoding="utf-8"), section)[index or 0]
+    head = printed[0]
+    mean_col = head.index("mean")
+    interval_col = next(i for i, h in enumerate(head) if "interval" in h)
+    metric_col = head.index("metric") if "metric" in head else None
+    for cells in printed[1:]:
+        row, base = (s.strip() for s in cells[0].split(" − "))
+        metric = cells[metric_col] if metric_col is not None else "overall"
+        lo, hi = (float(v.replace("−", "-")) for v in cells[interval_col].strip("[]").split(","))
+        assert interval(table, row, base, metric) == pytest.approx(
+            (float(cells[mean_col].replace("−", "-")), lo, hi), abs=0.006), cells[0]
