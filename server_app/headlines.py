@@ -61,9 +61,14 @@ def differences(table: list[list[str]]) -> list[list[str]]:
     head = table[0]
     col = {name: head.index(name) for name in ("comparison", "metric", "seeds", DIFFERENCE_HEADER)
            if name in head}
+    if "comparison" not in col:
+        raise ValueError(f"a paired table needs a 'comparison' column; its columns are {head}")
     out = []
     for cells in table[1:]:
-        row, base = (s.strip() for s in cells[col["comparison"]].split(" − "))
+        parts = cells[col["comparison"]].split(" − ")
+        if len(parts) != 2:
+            raise ValueError(f"comparison {cells[col['comparison']]!r} is not 'row − base'")
+        row, base = (part.strip() for part in parts)
         diffs = [float(d.replace("−", "-")) for d in cells[col[DIFFERENCE_HEADER]].split(",")]
         seeds = cells[col["seeds"]].split(",") if "seeds" in col else range(len(diffs))
         metric = cells[col["metric"]] if "metric" in col else "overall"

@@ -93,3 +93,10 @@ def test_every_printed_interval_is_recomputed_from_the_committed_differences(tab
         lo, hi = (float(v.replace("−", "-")) for v in cells[interval_col].strip("[]").split(","))
         assert interval(table, row, base, metric) == pytest.approx(
             (float(cells[mean_col].replace("−", "-")), lo, hi), abs=0.006), cells[0]
+
+
+def test_a_paired_table_without_a_row_minus_base_comparison_is_refused(tmp_path: Path) -> None:
+    source = tmp_path / "x.md"
+    source.write_text("| comparison | per-seed difference (pp) |\n|---|---|\n| just a | +1.00, +2.00 |\n")
+    with pytest.raises(ValueError, match="comparison 'just a' is not 'row − base'"):
+        extract(source, tmp_path / "x.csv")
