@@ -80,6 +80,8 @@ def extract(source: Path, out: Path, section: str = "", index: int | None = None
     """Table `index` of `source` (or of its `section`; without an index, the only one) as CSV at
     `out` (module doc)."""
     tables = markdown_tables(Path(source).read_text(encoding="utf-8"), section)
+    if not tables:
+        raise ValueError(f"{str(source)!r} section {section!r}: no markdown table")
     if index is None and len(tables) != 1:
         raise ValueError(f"{str(source)!r} section {section!r}: {len(tables)} tables; name one with --table")
     if index is not None and not 0 <= index < len(tables):
