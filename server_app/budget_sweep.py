@@ -7,13 +7,16 @@ one value). Printed: one markdown row per strategy, one column per k, the overal
 weighted by test examples, final round) as mean ± sample std over seeds. ``all`` and ``none`` do
 not depend on k (they train every layer or none), so they get one column of their own wherever an
 experiment holds them. Written: ``budget_sweep.png`` (``--figure``): accuracy against k per
-strategy, ± one std, with ``all`` and ``none`` as horizontal bands. Paired intervals at each k come
-from ``python -m server_app.paired <experiments> --against random,lntk``.
+strategy, ± one std, with ``all`` and ``none`` as horizontal bands, and beside it ``<stem>.csv``, the
+printed table (the values the figure plots); ``--redraw <stem>.csv`` draws the figure again from that
+table alone, without run folders. Paired intervals at each k come from
+``python -m server_app.paired <experiments> --against random,lntk``.
 """
 
 from __future__ import annotations
 
 import argparse
+import csv
 import sys
 from collections.abc import Sequence
 from pathlib import Path
@@ -62,33 +65,65 @@ def _budgets(data: dict[str, dict[int | str, list[float]]]) -> list[int]:
     return sorted({k for cells in data.values() for k in cells if k != "any"})
 
 
+ANY = "any k (all / none)"
+Stats = dict[str, dict[int | str, tuple[float, float]]]  # strategy -> k or "any" -> (mean, std)
+
+
+def table(data: dict[str, dict[int | str, list[float]]]) -> list[list[str]]:
+    """The module doc's table: header, then one row per strategy of 'mean ± std' cells."""
+    columns: list[int | str] = [*_budgets(data), "any"]
+    out = [["strategy", *(f"k = {k}" if k != "any" else ANY for k in columns), "seeds"]]
+    for strategy, cells in sorted(data.items()):
+        seeds = sorted({len(v) for v in cells.values()})
+        out.append([strategy, *(plus_minus(mean_std(cells[k]), 2) if k in cells else "-" for k in columns),
+                    "/".join(map(str, seeds))])
+    return out
+
+
 def markdown(data: dict[str, dict[int | str, list[float]]]) -> str:
     """The table of the module doc."""
-    columns: list[int | str] = [*_budgets(data), "any"]
-    lines = ["| strategy | " + " | ".join(f"k = {k}" if k != "any" else "any k (all / none)"
-                                         for k in columns) + " | seeds |",
-             "|---|" + "---|" * (len(columns) + 1)]
-    for strategy, cells in sorted(data.items()):
-        row = [plus_minus(mean_std(cells[k]), 2) if k in cells else "-" for k in columns]
-        seeds = sorted({len(v) for v in cells.values()})
-        lines.append(f"| {strategy} | " + " | ".join(row) + f" | {'/'.join(map(str, seeds))} |")
-    return "\n".join(lines) + "\n"
+    head, *body = table(data)
+    lines = ["| " + " | ".join(head) + " |", "|---|" + "---|" * (len(head) - 1)]
+    return "\n".join([*lines, *("| " + " | ".join(row) + " |" for row in body)]) + "\n"
 
 
-def plot(path: Path, data: dict[str, dict[int | str, list[float]]]) -> Path:
+def stats_of(rows: list[list[str]]) -> Stats:
+    """(mean, std) per strategy and k of `table`'s rows (std NaN where a cell has one seed)."""
+    head, *body = rows
+    keys: list[int | str] = [int(h.removeprefix("k = ")) if h.startswith("k = ") else "any"
+                             for h in head[1:-1]]
+    out: Stats = {}
+    for row in body:
+        for key, cell in zip(keys, row[1:-1], strict=True):
+            if cell != "-":
+                mean, _, std = cell.partition("±")
+                out.setdefault(row[0], {})[key] = (float(mean), float(std) if std else float("nan"))
+    return out
+
+
+def read_table(path: Path) -> Stats:
+    """`stats_of` a ``<stem>.csv`` written with the figure (or copied from the printed table)."""
+    with open(path, newline="", encoding="utf-8") as fh:
+        rows = list(csv.reader(fh))
+    if not rows or rows[0][0] != "strategy" or rows[0][-1] != "seeds":
+        raise ValueError(f"{str(path)!r}: not a budget-sweep table (columns strategy, k = ..., seeds)")
+    return stats_of(rows)
+
+
+def plot(path: Path, stats: Stats) -> Path:
     """Accuracy against k, mean ± std over seeds; budget-free strategies as horizontal bands."""
     plt = pyplot()
     fig, ax = plt.subplots(figsize=(6.4, 4.2))
-    budgets = _budgets(data)
-    for strategy, cells in sorted(data.items()):
+    budgets = sorted({k for cells in stats.values() for k in cells if k != "any"})
+    for strategy, cells in sorted(stats.items()):
         if "any" in cells:  # grey bands, told apart by line style, not taken from the colour cycle
-            mean, std = mean_std(cells["any"])
+            mean, std = cells["any"]
             ax.axhline(mean, color="0.35", linestyle=BAND_STYLES[strategy], label=f"{strategy} (any k)")
             ax.axhspan(mean - np.nan_to_num(std), mean + np.nan_to_num(std), alpha=0.1, color="0.35")
         ks = [k for k in budgets if k in cells]
         if ks:
-            stats = np.array([mean_std(cells[k]) for k in ks])
-            ax.errorbar(ks, stats[:, 0], yerr=np.nan_to_num(stats[:, 1]), marker="o", capsize=3,
+            values = np.array([cells[k] for k in ks])
+            ax.errorbar(ks, values[:, 0], yerr=np.nan_to_num(values[:, 1]), marker="o", capsize=3,
                         label=strategy)
     ax.set_xticks(budgets)
     ax.set_xlabel("layer budget k (every client)")
@@ -99,19 +134,29 @@ def plot(path: Path, data: dict[str, dict[int | str, list[float]]]) -> Path:
 
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(prog="python -m server_app.budget_sweep")
-    parser.add_argument("experiments", nargs="+", type=Path, help="results/<experiment>, one per k")
+    parser.add_argument("experiments", nargs="*", type=Path, help="results/<experiment>, one per k")
     parser.add_argument("--figure", type=Path, default=None,
                         help="where to write the figure (default: budget_sweep.png beside the "
                              "first experiment)")
+    parser.add_argument("--redraw", type=Path, default=None,
+                        help="a figure's table (<stem>.csv) to draw <stem>.png from, no runs")
     args = parser.parse_args(sys.argv[1:] if argv is None else argv)
+    if not args.experiments and args.redraw is None:
+        parser.error("give results/<experiment> directories or --redraw <table>.csv")
     try:
+        if args.redraw is not None:
+            print(f"figure: {plot(args.redraw.with_suffix('.png'), read_table(args.redraw))}")
+            return 0
         data = sweep(args.experiments)
     except (ValueError, FileNotFoundError) as err:
         print(f"error: {err}", file=sys.stderr)
         return 2
     print(markdown(data), end="")
-    figure = plot(args.figure or args.experiments[0].parent / "budget_sweep.png", data)
-    print(f"figure: {figure}")
+    figure = args.figure or args.experiments[0].parent / "budget_sweep.png"
+    rows = table(data)
+    with open(figure.with_suffix(".csv"), "w", newline="", encoding="utf-8") as fh:
+        csv.writer(fh).writerows(rows)
+    print(f"figure: {plot(figure, stats_of(rows))}")
     return 0
 
 

@@ -19,7 +19,10 @@ Every experiment directory is read like `server_app.report` reads it (complete r
    mean(d) ± t_{0.975, n−1} · sd(d) / √n (`paired_interval`), with "not distinguishable" when the
    interval covers 0. Seeds fix the client data split and initialisation, so pairing by seed removes
    that shared variation from the comparison. ``--figure PATH`` draws these differences with their
-   intervals.
+   intervals and writes beside it ``<stem>.csv``, the per-seed differences it was drawn from (row,
+   base, metric, seed, difference), and ``<stem>-seeds.csv``, the per-seed values that were paired
+   (experiment, strategy, seed, metric, value); ``--redraw <stem>.csv`` draws the figure again from
+   that table alone, without run folders.
 
 With ``--against``, item 2 pairs, within each experiment, every strategy with each named reference
 strategy instead, and adds both rows' seed standard deviations and the mean difference in units of
@@ -29,6 +32,7 @@ the larger one (issue 17's sensitivity criterion: a gap of more than 3 such unit
 from __future__ import annotations
 
 import argparse
+import csv
 import sys
 from collections.abc import Sequence
 from pathlib import Path
@@ -75,9 +79,9 @@ def by_seed(experiment_dir: Path) -> dict[str, dict[int, dict[str, float]]]:
 
 
 def _paired_row(label: str, key: str, seeds: dict[int, dict], ref: dict[int, dict]
-                ) -> tuple[str, float, float, float] | None:
-    """One markdown row of paired differences, their mean and interval (None with fewer than 2
-    common seeds)."""
+                ) -> tuple[str, float, float, float, dict[int, float]] | None:
+    """One markdown row of paired differences, their mean, interval and the differences by seed
+    (None with fewer than 2 common seeds)."""
     common = sorted(set(seeds) & set(ref))
     if len(common) < 2 or key not in seeds[common[0]] or key not in ref[common[0]]:
         return None
@@ -86,7 +90,8 @@ def _paired_row(label: str, key: str, seeds: dict[int, dict], ref: dict[int, dic
     reading = "not distinguishable" if lo <= 0 <= hi else ("higher" if lo > 0 else "lower")
     diffs = ", ".join(f"{o - r:+.2f}" for o, r in zip(other, base, strict=True))
     return (f"| {label} | {key} | {','.join(map(str, common))} | {diffs} | {mean:+.2f} "
-            f"| [{lo:+.2f}, {hi:+.2f}] | {reading} |"), mean, lo, hi
+            f"| [{lo:+.2f}, {hi:+.2f}] | {reading} |"), mean, lo, hi, \
+        {s: o - r for s, o, r in zip(common, other, base, strict=True)}
 
 
 def against(data: dict[str, dict[str, dict[int, dict]]], references: Sequence[str]) -> list[str]:
@@ -119,16 +124,42 @@ def _reference(strategy: str, base: dict[str, dict]) -> str | None:
     return next(iter(base)) if len(base) == 1 else None
 
 
-def plot_differences(path: Path, comparisons: Sequence[tuple[str, str, float, float, float]],
-                     base: str) -> Path:
-    """Paired differences other − `base` (mean and 95 % interval) per row, one panel per metric."""
+DIFFERENCE_COLUMNS = ["row", "base", "metric", "seed", "difference"]
+
+
+def write_differences(path: Path, drawn: Sequence[tuple[str, str, dict[int, float]]], base: str) -> Path:
+    """The figure's table: one line per row, metric and seed, the paired difference other − base (pp)."""
+    with open(path, "w", newline="", encoding="utf-8") as fh:
+        writer = csv.writer(fh)
+        writer.writerow(DIFFERENCE_COLUMNS)
+        for label, key, diffs in drawn:
+            writer.writerows([label, base, key, seed, f"{d:.6g}"] for seed, d in sorted(diffs.items()))
+    return path
+
+
+def read_differences(path: Path) -> tuple[list[tuple[str, str, dict[int, float]]], str]:
+    """`write_differences`'s rows (row, metric, seed -> difference) in file order, and the base."""
+    with open(path, newline="", encoding="utf-8") as fh:
+        rows = list(csv.DictReader(fh))
+    if not rows or list(rows[0]) != DIFFERENCE_COLUMNS:
+        raise ValueError(f"{str(path)!r}: not a paired-differences table (columns {DIFFERENCE_COLUMNS})")
+    drawn: dict[tuple[str, str], dict[int, float]] = {}
+    for row in rows:
+        drawn.setdefault((row["row"], row["metric"]), {})[int(row["seed"])] = float(row["difference"])
+    return [(label, key, diffs) for (label, key), diffs in drawn.items()], rows[0]["base"]
+
+
+def plot_differences(path: Path, drawn: Sequence[tuple[str, str, dict[int, float]]], base: str) -> Path:
+    """Paired differences other − `base`: mean and 95 % interval (`paired_interval`) per row, one
+    panel per metric."""
     plt = pyplot()
-    keys = [k for k in ("overall", "others") if any(c[1] == k for c in comparisons)]
-    labels = list(dict.fromkeys(c[0] for c in comparisons))
+    keys = [k for k in ("overall", "others") if any(c[1] == k for c in drawn)]
+    labels = list(dict.fromkeys(c[0] for c in drawn))
     fig, axes = plt.subplots(1, len(keys), figsize=(4.5 * len(keys), 0.45 * len(labels) + 1.5),
                              sharey=True, squeeze=False)
     for ax, key in zip(axes[0], keys, strict=True):
-        rows = {c[0]: c[2:] for c in comparisons if c[1] == key}
+        rows = {label: paired_interval(list(diffs.values()), [0.0] * len(diffs))
+                for label, k, diffs in drawn if k == key}
         y = [i for i, label in enumerate(labels) if label in rows]
         mean, lo, hi = (np.array([rows[labels[i]][j] for i in y]) for j in range(3))
         ax.errorbar(mean, y, xerr=[mean - lo, hi - mean], fmt="o", capsize=3)
@@ -136,8 +167,27 @@ def plot_differences(path: Path, comparisons: Sequence[tuple[str, str, float, fl
         name = {"overall": "Self", "others": "Others"}[key]
         ax.set_title(f"{name} accuracy (pp)\n− {base}, 95 % interval", fontsize=9)
         ax.set_yticks(range(len(labels)), labels)
-        ax.invert_yaxis()
+    axes[0, 0].invert_yaxis()  # once: the panels share the y axis, a second call would undo it
     return save_figure(fig, path)
+
+
+def redraw(table: Path) -> Path:
+    """Draw ``<stem>.png`` beside a `write_differences` table from that table alone."""
+    drawn, base = read_differences(table)
+    return plot_differences(table.with_suffix(".png"), drawn, base)
+
+
+def write_seed_values(path: Path, data: dict[str, dict[str, dict[int, dict]]],
+                      keys: Sequence[str] = ("overall", "others")) -> Path:
+    """Every per-seed value the paired comparison used: experiment, strategy, seed, metric, value."""
+    with open(path, "w", newline="", encoding="utf-8") as fh:
+        writer = csv.writer(fh)
+        writer.writerow(["experiment", "strategy", "seed", "metric", "value"])
+        for name, strategies in data.items():
+            for strategy, seeds in strategies.items():
+                writer.writerows([name, strategy, seed, key, f"{metrics[key]:.6g}"]
+                                 for seed, metrics in sorted(seeds.items()) for key in keys if key in metrics)
+    return path
 
 
 def report(dirs: Sequence[Path], references: Sequence[str] = (), figure: Path | None = None) -> str:
@@ -170,22 +220,35 @@ def report(dirs: Sequence[Path], references: Sequence[str] = (), figure: Path | 
                     f"{name}/{strategy} − {base_name}/{reference}", key, seeds, base[reference])
                 if row is not None:
                     lines.append(row[0])
-                    drawn.append((f"{name}/{strategy}", key, *row[1:]))
+                    drawn.append((f"{name}/{strategy}", key, row[4]))
     if figure is not None and drawn:
-        plot_differences(figure, drawn, f"{base_name}/{next(iter(base))}" if len(base) == 1 else base_name)
+        label = f"{base_name}/{next(iter(base))}" if len(base) == 1 else base_name
+        plot_differences(figure, drawn, label)
+        write_differences(figure.with_suffix(".csv"), drawn, label)
+        write_seed_values(figure.with_name(f"{figure.stem}-seeds.csv"), data)
     return "\n".join(lines) + "\n"
 
 
 USAGE = ("usage: python -m server_app.paired results/<baseline> results/<other> [...] [--figure PATH]\n"
-         "       python -m server_app.paired results/<experiment> [...] --against <strategy>[,<strategy>...]")
+         "       python -m server_app.paired results/<experiment> [...] --against <strategy>[,...]\n"
+         "       python -m server_app.paired --redraw <figure>.csv [...]")
 
 
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(prog="python -m server_app.paired", usage=USAGE)
-    parser.add_argument("experiments", nargs="+", type=Path)
+    parser.add_argument("experiments", nargs="*", type=Path)
     parser.add_argument("--against", default="", help="reference strategies of the same experiment")
     parser.add_argument("--figure", type=Path, help="draw the paired intervals against the baseline here")
+    parser.add_argument("--redraw", type=Path, nargs="+", default=[],
+                        help="figure tables (<stem>.csv of --figure) to draw <stem>.png from, no runs")
     args = parser.parse_args(sys.argv[1:] if argv is None else argv)
+    if args.redraw:
+        try:
+            print("\n".join(str(redraw(t)) for t in args.redraw))
+        except (ValueError, FileNotFoundError) as err:
+            print(f"error: {err}", file=sys.stderr)
+            return 2
+        return 0
     references = [r for r in args.against.split(",") if r]
     if len(args.experiments) < 2 and not references:
         print(USAGE, file=sys.stderr)

@@ -16,7 +16,9 @@ Writes into the experiment directory (see `server_app.experiments`):
   own LNTK score, its own top-k (before the server step) and the F3OCUS mask (after it);
 - ``selection_histogram.png`` (Fig. 7): how often each layer is selected, ``lntk`` vs ``f3ocus``;
 - ``pareto_front.png``: the optimiser's Pareto front of the last round, the picked solution marked.
-Figures whose runs are missing (e.g. no ``lntk`` run) are skipped.
+Figures whose runs are missing (e.g. no ``lntk`` run) are skipped. Every figure is written with
+``<stem>.csv``, exactly the values it plots, and ``python -m server_app.report --from-tables <dir>``
+redraws the figures from those tables alone, without run folders.
 """
 
 from __future__ import annotations
@@ -24,7 +26,7 @@ from __future__ import annotations
 import csv
 import json
 import sys
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -254,19 +256,34 @@ def round_curves(runs: Sequence[Run], group: str, stage: str, key: str) -> np.nd
                      for run in runs if run.group == group], dtype=float)
 
 
-def plot_per_round(path: Path, runs: Sequence[Run], groups: Sequence[str], stage: str, key: str,
-                   ylabel: str, title: str, scale: float = 1.0) -> Path:
-    """One curve per group of `round_curves` (a weighted mean over clients), mean ± std over seeds."""
-    plt = pyplot()
-    fig, ax = plt.subplots(figsize=(6.4, 4.2))
+# Each figure is drawn from a table (list of dicts) that is also written as ``<stem>.csv`` beside it,
+# so a committed figure can be checked and redrawn (`redraw`) without the run folders.
+Table = list[dict]
+
+
+def per_round_table(runs: Sequence[Run], groups: Sequence[str], stage: str, key: str,
+                    scale: float = 1.0) -> Table:
+    """Per group and round: mean and std over seeds (ddof = 0) of `round_curves` × `scale`."""
+    rows = []
     for group in groups:
         arr = scale * round_curves(runs, group, stage, key)
         if arr.size == 0:
             continue
-        mean, std = np.nanmean(arr, 0), np.nanstd(arr, 0)
-        x = np.arange(1, arr.shape[1] + 1)
         label = "f3ocus" if group.startswith("f3ocus-") else group
-        ax.plot(x, mean, marker="o", label=label)
+        mean, std = np.nanmean(arr, 0), np.nanstd(arr, 0)
+        rows += [{"series": label, "round": i + 1, "mean": m, "std": d, "seeds": arr.shape[0]}
+                 for i, (m, d) in enumerate(zip(mean, std, strict=True))]
+    return rows
+
+
+def draw_per_round(path: Path, rows: Table, ylabel: str, title: str) -> Path:
+    """One curve per series, mean ± std band (Fig. 2 for the training loss)."""
+    plt = pyplot()
+    fig, ax = plt.subplots(figsize=(6.4, 4.2))
+    for series in dict.fromkeys(r["series"] for r in rows):
+        x, mean, std = (np.array([float(r[k]) for r in rows if r["series"] == series])
+                        for k in ("round", "mean", "std"))
+        ax.plot(x, mean, marker="o", label=series)
         ax.fill_between(x, mean - std, mean + std, alpha=0.15)
     ax.set(xlabel="round", ylabel=ylabel, title=title)
     ax.xaxis.get_major_locator().set_params(integer=True)
@@ -274,18 +291,27 @@ def plot_per_round(path: Path, runs: Sequence[Run], groups: Sequence[str], stage
     return save_figure(fig, path)
 
 
-def plot_eigenvalues(path: Path, run: Run, layer_names: list[str]) -> Path:
-    """Fig. 3: principal LNTK eigenvalue of every layer for every client, first round."""
-    plt = pyplot()
+def eigenvalue_table(run: Run, layer_names: list[str]) -> Table:
+    """Fig. 3's values: principal LNTK eigenvalue of every layer for every client, first round."""
     first = min(r["round"] for r in run.clients)
+    return [{"run": run.name, "round": first, "client": row["partition-id"], "layer": i, "name": name,
+             "eigenvalue": value}
+            for row in sorted((r for r in run.clients if r["round"] == first and r["eigenvalues"]),
+                              key=lambda r: r["partition-id"])
+            for i, (name, value) in enumerate(zip(layer_names, row["eigenvalues"], strict=True))]
+
+
+def draw_eigenvalues(path: Path, rows: Table) -> Path:
+    plt = pyplot()
     fig, ax = plt.subplots(figsize=(7.5, 4.2))
-    for row in sorted((r for r in run.clients if r["round"] == first and r["eigenvalues"]),
-                      key=lambda r: r["partition-id"]):
-        ax.plot(row["eigenvalues"], marker="o", label=f"client {row['partition-id']}")
+    for client in dict.fromkeys(r["client"] for r in rows):
+        ax.plot([float(r["eigenvalue"]) for r in rows if r["client"] == client], marker="o",
+                label=f"client {client}")
+    names = list(dict.fromkeys(r["name"] for r in rows))
     ax.set_yscale("log")
-    ax.set_xticks(range(len(layer_names)), layer_names, rotation=60, ha="right", fontsize=7)
+    ax.set_xticks(range(len(names)), names, rotation=60, ha="right", fontsize=7)
     ax.set(ylabel="principal eigenvalue λ₁ of the LNTK",
-           title=f"LNTK eigenvalues per layer, round {first} ({run.name}; Fig. 3)")
+           title=f"LNTK eigenvalues per layer, round {rows[0]['round']} ({rows[0]['run']}; Fig. 3)")
     ax.legend(fontsize=8)
     return save_figure(fig, path)
 
@@ -298,35 +324,49 @@ def layer_ranks(scores: Sequence[float]) -> np.ndarray:
     return ranks
 
 
-def plot_layer_ranks(path: Path, run: Run) -> Path:
-    """Figs. 5 and 6: per client, rank of each layer by its own LNTK score in every round (colour),
-    its own top-k (o, before the server step) and the layers F3OCUS assigned (x, after it)."""
+def layer_rank_table(run: Run) -> Table:
+    """Figs. 5 and 6's values: per client, round and layer, the rank by the client's own LNTK score,
+    whether it is in the client's own top-k (before the server step) and in the F3OCUS mask (after)."""
+    rows = []
+    for r in sorted((r for r in run.clients if r["scores"] is not None),
+                    key=lambda r: (r["partition-id"], r["round"])):
+        ranks, mask = layer_ranks(r["scores"]), set(r["mask"] or [])
+        rows += [{"run": run.name, "client": r["partition-id"], "budget": r["budget"], "round": r["round"],
+                  "layer": layer, "rank": int(rank), "own_top_k": int(rank <= (r["budget"] or 0)),
+                  "assigned": int(layer in mask)} for layer, rank in enumerate(ranks)]
+    return rows
+
+
+def draw_layer_ranks(path: Path, rows: Table) -> Path:
+    """Per client, rank of each layer in every round (colour), own top-k (o) and assignment (x)."""
     plt = pyplot()
-    rows = [r for r in run.clients if r["scores"] is not None]
-    clients = sorted({r["partition-id"] for r in rows})
-    num_rounds = max(r["round"] for r in rows)
-    num_layers = len(rows[0]["scores"])
+    clients = list(dict.fromkeys(int(r["client"]) for r in rows))
+    rounds = sorted({int(r["round"]) for r in rows})
+    num_layers = max(int(r["layer"]) for r in rows) + 1
     cols = min(4, len(clients))
     nrows = -(-len(clients) // cols)
-    fig, axes = plt.subplots(nrows, cols, figsize=(3.4 * cols, 0.5 * num_rounds * nrows + 2.6 * nrows),
+    fig, axes = plt.subplots(nrows, cols, figsize=(3.4 * cols, 0.5 * len(rounds) * nrows + 2.6 * nrows),
                              squeeze=False, layout="constrained")
     image = None
     for ax, client in zip(axes.flat, clients, strict=False):
-        mine = sorted((r for r in rows if r["partition-id"] == client), key=lambda r: r["round"])
-        ranks = np.array([layer_ranks(r["scores"]) for r in mine])
-        image = ax.imshow(ranks, cmap="viridis_r", aspect="auto", vmin=1, vmax=num_layers,
-                          extent=(-0.5, num_layers - 0.5, mine[-1]["round"] + 0.5, mine[0]["round"] - 0.5))
+        mine = [r for r in rows if int(r["client"]) == client]
+        own = sorted({int(r["round"]) for r in mine})
+        ranks = np.zeros((len(own), num_layers))
         for r in mine:
-            top = np.flatnonzero(layer_ranks(r["scores"]) <= (r["budget"] or 0))
-            ax.scatter(top, [r["round"]] * len(top), facecolors="none", edgecolors="white", s=60)
-            ax.scatter(r["mask"] or [], [r["round"]] * len(r["mask"] or []), marker="x", c="red", s=25)
+            ranks[own.index(int(r["round"])), int(r["layer"])] = float(r["rank"])
+        image = ax.imshow(ranks, cmap="viridis_r", aspect="auto", vmin=1, vmax=num_layers,
+                          extent=(-0.5, num_layers - 0.5, own[-1] + 0.5, own[0] - 0.5))
+        for key, style in (("own_top_k", {"facecolors": "none", "edgecolors": "white", "s": 60}),
+                           ("assigned", {"marker": "x", "c": "red", "s": 25})):
+            marked = [r for r in mine if int(r[key])]
+            ax.scatter([int(r["layer"]) for r in marked], [int(r["round"]) for r in marked], **style)
         ax.set(title=f"client {client} (k={mine[0]['budget']})", xlabel="layer", ylabel="round")
-        ax.set_yticks(range(mine[0]["round"], mine[-1]["round"] + 1))
+        ax.set_yticks(own)
     for ax in list(axes.flat)[len(clients):]:
         ax.axis("off")
     if image is not None:
         fig.colorbar(image, ax=axes, shrink=0.8, label="rank by own LNTK score (1 = highest)")
-    fig.suptitle(f"{run.name}: own top-k (o, before) vs F3OCUS mask (x, after) — Figs. 5, 6",
+    fig.suptitle(f"{rows[0]['run']}: own top-k (o, before) vs F3OCUS mask (x, after) — Figs. 5, 6",
                  fontsize=9)
     fig.savefig(path, dpi=110)
     plt.close(fig)
@@ -342,69 +382,130 @@ def selection_counts(runs: Sequence[Run], num_layers: int) -> np.ndarray:
     return counts / max(len(runs), 1)
 
 
-def plot_histogram(path: Path, lntk: Sequence[Run], f3ocus: Sequence[Run], num_layers: int) -> Path:
-    """Fig. 7: layer-selection histogram of lntk vs f3ocus."""
+def histogram_table(lntk: Sequence[Run], f3ocus: Sequence[Run], num_layers: int) -> Table:
+    """Fig. 7's values: selections per run of every layer, ``lntk`` and ``f3ocus``."""
+    return [{"series": label, "runs": len(group), "layer": layer, "selections_per_run": count}
+            for label, group in (("lntk", lntk), ("f3ocus", f3ocus))
+            for layer, count in enumerate(selection_counts(group, num_layers))]
+
+
+def draw_histogram(path: Path, rows: Table) -> Path:
     plt = pyplot()
     fig, ax = plt.subplots(figsize=(7, 3.8))
-    x = np.arange(num_layers)
-    for offset, (label, group) in zip((-0.2, 0.2), (("lntk", lntk), ("f3ocus", f3ocus)), strict=True):
-        ax.bar(x + offset, selection_counts(group, num_layers), width=0.4,
-               label=f"{label} ({len(group)} runs)")
+    series = list(dict.fromkeys(r["series"] for r in rows))
+    for offset, label in zip((-0.2, 0.2), series, strict=True):
+        mine = [r for r in rows if r["series"] == label]
+        ax.bar(np.array([int(r["layer"]) for r in mine]) + offset,
+               [float(r["selections_per_run"]) for r in mine], width=0.4,
+               label=f"{label} ({mine[0]['runs']} runs)")
     ax.set(xlabel="layer", ylabel="selections per run (clients × rounds)",
            title="Layer-selection histogram (Fig. 7)")
-    ax.set_xticks(x)
+    ax.set_xticks(sorted({int(r["layer"]) for r in rows}))
     ax.legend()
     return save_figure(fig, path)
 
 
-def plot_front(path: Path, run: Run) -> Path:
-    """The last round's Pareto front (importance vs diversity objective), picked solution marked."""
-    plt = pyplot()
+def front_table(run: Run) -> Table:
+    """The last round's Pareto front (importance, diversity objective) and which point was picked."""
     front = run.fronts[-1]
+    points = zip(front["front"]["importance"], front["front"]["diversity"], strict=True)
+    rows = [{"run": run.name, "round": front["round"], "algorithm": front["algorithm"], "importance": i,
+             "diversity": d, "picked": 0} for i, d in points]
+    return [*rows, {**rows[0], "importance": front["importance"], "diversity": front["diversity"],
+                    "picked": 1}] if rows else rows
+
+
+def draw_front(path: Path, rows: Table) -> Path:
+    plt = pyplot()
     fig, ax = plt.subplots(figsize=(5.6, 4.2))
-    ax.scatter(front["front"]["importance"], front["front"]["diversity"], label="Pareto front")
-    ax.scatter([front["importance"]], [front["diversity"]], marker="*", s=250, c="red",
-               label="picked", zorder=3)
+    for picked, style in ((0, {"label": "Pareto front"}),
+                          (1, {"marker": "*", "s": 250, "c": "red", "label": "picked", "zorder": 3})):
+        mine = [r for r in rows if int(r["picked"]) == picked]
+        ax.scatter([float(r["importance"]) for r in mine], [float(r["diversity"]) for r in mine], **style)
     ax.set(xlabel="importance (maximised)", ylabel="selection-count spread (minimised)",
-           title=f"{run.name}, round {front['round']} ({front['algorithm']})")
+           title=f"{rows[0]['run']}, round {rows[0]['round']} ({rows[0]['algorithm']})")
     ax.legend()
     return save_figure(fig, path)
 
 
-def draw_figures(experiment_dir: Path, runs: Sequence[Run], groups: Sequence[str]) -> list[Path]:
-    """Every figure whose runs exist."""
-    written = [plot_per_round(experiment_dir / "convergence.png", runs, groups, "train", "train_loss",
-                              "training loss (mean over clients)", "Convergence (Fig. 2)")]
+# figure stem -> how to draw it from its table
+DRAW: dict[str, Callable[[Path, Table], Path]] = {
+    "convergence": lambda path, rows: draw_per_round(path, rows, "training loss (mean over clients)",
+                                                     "Convergence (Fig. 2)"),
+    "accuracy": lambda path, rows: draw_per_round(path, rows, "test accuracy (%, weighted over clients)",
+                                                  "Accuracy per round"),
+    "eigenvalues": draw_eigenvalues,
+    "layer_ranks": draw_layer_ranks,
+    "selection_histogram": draw_histogram,
+    "pareto_front": draw_front,
+}
+
+
+def write_table(path: Path, rows: Table) -> Path:
+    with open(path, "w", newline="", encoding="utf-8") as fh:
+        writer = csv.DictWriter(fh, fieldnames=list(rows[0]))
+        writer.writeheader()
+        writer.writerows({k: f"{v:.6g}" if isinstance(v, float) else v for k, v in row.items()}
+                         for row in rows)
+    return path
+
+
+def figure_tables(runs: Sequence[Run], groups: Sequence[str]) -> dict[str, Table]:
+    """The table of every figure whose runs exist, by figure stem."""
+    tables = {"convergence": per_round_table(runs, groups, "train", "train_loss")}
     if any("accuracy" in r.get("evaluate", {}) for run in runs for r in run.rounds):  # VQA clients
-        written.append(plot_per_round(experiment_dir / "accuracy.png", runs, groups, "evaluate",
-                                      "accuracy", "test accuracy (%, weighted over clients)",
-                                      "Accuracy per round", 100.0))
+        tables["accuracy"] = per_round_table(runs, groups, "evaluate", "accuracy", 100.0)
     f3 = [g for g in groups if g.startswith("f3ocus-")]
     f3_run = _first(runs, f3[0]) if f3 else None
     lntk_run = f3_run or _first(runs, "lntk")
     if lntk_run is not None:
-        written.append(plot_eigenvalues(experiment_dir / "eigenvalues.png", lntk_run,
-                                        lntk_run.config["layer-names"]))
+        tables["eigenvalues"] = eigenvalue_table(lntk_run, lntk_run.config["layer-names"])
     if f3_run is not None:
-        written.append(plot_layer_ranks(experiment_dir / "layer_ranks.png", f3_run))
+        tables["layer_ranks"] = layer_rank_table(f3_run)
         if f3_run.fronts:
-            written.append(plot_front(experiment_dir / "pareto_front.png", f3_run))
+            tables["pareto_front"] = front_table(f3_run)
     lntk_runs = [r for r in runs if r.group == "lntk"]
     f3_runs = [r for r in runs if f3 and r.group == f3[0]]
     if lntk_runs and f3_runs:
-        num_layers = len(f3_runs[0].config["layer-names"])
-        written.append(plot_histogram(experiment_dir / "selection_histogram.png", lntk_runs, f3_runs,
-                                      num_layers))
+        tables["selection_histogram"] = histogram_table(lntk_runs, f3_runs,
+                                                        len(f3_runs[0].config["layer-names"]))
+    return {stem: rows for stem, rows in tables.items() if rows}
+
+
+def draw_figures(experiment_dir: Path, runs: Sequence[Run], groups: Sequence[str]) -> list[Path]:
+    """Every figure whose runs exist, each with its table ``<stem>.csv``."""
+    written = []
+    for stem, rows in figure_tables(runs, groups).items():
+        written += [write_table(experiment_dir / f"{stem}.csv", rows),
+                    DRAW[stem](experiment_dir / f"{stem}.png", rows)]
+    return written
+
+
+def redraw(directory: Path) -> list[Path]:
+    """Draw every figure of `DRAW` whose ``<stem>.csv`` is in `directory`, from that table alone."""
+    directory = Path(directory)
+    written = []
+    for stem, draw in DRAW.items():
+        table = directory / f"{stem}.csv"
+        if table.exists():
+            with open(table, newline="", encoding="utf-8") as fh:
+                written.append(draw(directory / f"{stem}.png", list(csv.DictReader(fh))))
+    if not written:
+        names = ", ".join(f"{stem}.csv" for stem in DRAW)
+        raise FileNotFoundError(f"{str(directory)!r}: no figure table ({names})")
     return written
 
 
 def main(argv: list[str] | None = None) -> int:
     argv = sys.argv[1:] if argv is None else argv
+    from_tables = argv[:1] == ["--from-tables"]
+    if from_tables:
+        argv = argv[1:]
     if len(argv) != 1 or argv[0].startswith("-"):
-        print("usage: python -m server_app.report results/<experiment>", file=sys.stderr)
+        print("usage: python -m server_app.report [--from-tables] results/<experiment>", file=sys.stderr)
         return 2
     try:
-        written = write_report(Path(argv[0]))
+        written = redraw(Path(argv[0])) if from_tables else write_report(Path(argv[0]))
     except (FileNotFoundError, ValueError) as err:
         print(f"error: {err}", file=sys.stderr)
         return 2

@@ -8,11 +8,14 @@ attempt). A wall time is how long at least one of the runs was going (the length
 their intervals): with ``--jobs 2`` two runs share it, so it is less than the sum of their own
 times, and a pause between sweeps, or a later sweep adding seeds, is not counted. Printed, one
 markdown row per experiment and one for all of them: complete runs, seconds per run (min, median,
-max), the runs' summed seconds and the wall time.
+max), the runs' summed seconds and the wall time. ``--csv PATH`` also writes every run's interval
+(experiment, run, start, end, in epoch seconds), and ``--from-csv PATH`` prints the table from such
+a file alone, so a committed sweep time can be recomputed without the run folders.
 """
 
 from __future__ import annotations
 
+import csv
 import sys
 from collections.abc import Sequence
 from dataclasses import dataclass
@@ -29,6 +32,7 @@ class Timing:
     """Start and end (epoch seconds) of every complete run of one experiment."""
 
     name: str
+    runs: tuple[str, ...]
     starts: np.ndarray
     ends: np.ndarray
 
@@ -64,7 +68,35 @@ def timing(experiment_dir: Path) -> Timing:
                 raise ValueError(f"run {run.name!r} of {str(experiment_dir)!r}: no {path.name} to time it by")
         starts.append(config.stat().st_mtime)
         ends.append(log.stat().st_mtime)
-    return Timing(experiment_dir.name, np.array(starts), np.array(ends))
+    return Timing(experiment_dir.name, tuple(r.name for r in runs), np.array(starts), np.array(ends))
+
+
+CSV_COLUMNS = ["experiment", "run", "start", "end"]
+
+
+def write_csv(path: Path, timings: Sequence[Timing]) -> Path:
+    with open(path, "w", newline="", encoding="utf-8") as fh:
+        writer = csv.writer(fh)
+        writer.writerow(CSV_COLUMNS)
+        for t in timings:
+            writer.writerows([t.name, run, f"{a:.3f}", f"{b:.3f}"]
+                             for run, a, b in zip(t.runs, t.starts, t.ends, strict=True))
+    return path
+
+
+def read_csv(path: Path) -> list[Timing]:
+    """`write_csv`'s timings, experiments in file order."""
+    with open(path, newline="", encoding="utf-8") as fh:
+        rows = list(csv.DictReader(fh))
+    if not rows or list(rows[0]) != CSV_COLUMNS:
+        raise ValueError(f"{str(path)!r}: not a sweep-time table (columns {', '.join(CSV_COLUMNS)})")
+    names = list(dict.fromkeys(r["experiment"] for r in rows))
+    out = []
+    for name in names:
+        mine = [r for r in rows if r["experiment"] == name]
+        out.append(Timing(name, tuple(r["run"] for r in mine), np.array([float(r["start"]) for r in mine]),
+                          np.array([float(r["end"]) for r in mine])))
+    return out
 
 
 def table(timings: Sequence[Timing]) -> str:
@@ -82,14 +114,29 @@ def table(timings: Sequence[Timing]) -> str:
     return "\n".join(lines)
 
 
+USAGE = ("usage: python -m server_app.sweep_time results/<experiment> [...] [--csv PATH]\n"
+         "       python -m server_app.sweep_time --from-csv PATH")
+
+
 def main(argv: Sequence[str] | None = None) -> int:
     args = list(sys.argv[1:] if argv is None else argv)
-    if not args or any(a.startswith("-") for a in args):
-        print("usage: python -m server_app.sweep_time results/<experiment> [results/<experiment> ...]",
-              file=sys.stderr)
+    options = {}
+    for flag in ("--csv", "--from-csv"):
+        if flag in args and args.index(flag) + 1 < len(args):
+            at = args.index(flag)
+            options[flag] = Path(args.pop(at + 1))
+            args.pop(at)
+    if ("--from-csv" in options) == bool(args) or any(a.startswith("-") for a in args):
+        print(USAGE, file=sys.stderr)
         return 2
     try:
-        print(table([timing(Path(a)) for a in args]))
+        if "--from-csv" in options:
+            timings = read_csv(options["--from-csv"])
+        else:
+            timings = [timing(Path(a)) for a in args]
+        if "--csv" in options:
+            write_csv(options["--csv"], timings)
+        print(table(timings))
     except (OSError, ValueError) as err:
         print(f"error: {err}", file=sys.stderr)
         return 2

@@ -1,11 +1,12 @@
 """server_app.paired: the paired t interval on a planted case and the report on planted run files."""
 
 import json
+import shutil
 from pathlib import Path
 
 import pytest
 
-from server_app.paired import main, paired_interval, report
+from server_app.paired import main, paired_interval, read_differences, report
 
 
 def test_paired_interval_planted_case() -> None:
@@ -92,3 +93,34 @@ def test_a_one_strategy_baseline_pairs_with_another_strategy_and_is_drawn(tmp_pa
     for seed in range(3):
         _run(tmp_path / "fedavg", f"none-s{seed}", seed, 0.4, 0.4, strategy="none")
     assert " − fedavg/" not in report([tmp_path / "fedavg", tmp_path / "f3ocus"])
+
+
+def test_the_figure_table_holds_the_plotted_differences_and_redraws_without_runs(tmp_path: Path) -> None:
+    """Planted +1, +2, +3 pp on Self and 0 on Others: the figure's CSV holds exactly these per-seed
+    differences, the seeds CSV the paired values, and `--redraw` draws the figure from the CSV alone."""
+    for seed in range(3):
+        _run(tmp_path / "fedavg", f"all-s{seed}", seed, 0.50 + 0.02 * seed, 0.4)
+        _run(tmp_path / "f3ocus", f"f3ocus-s{seed}", seed, 0.51 + 0.03 * seed, 0.4, strategy="f3ocus")
+    figure = tmp_path / "out" / "paired.png"
+    figure.parent.mkdir()
+    report([tmp_path / "fedavg", tmp_path / "f3ocus"], figure=figure)
+    drawn, base = read_differences(figure.with_suffix(".csv"))
+    assert base == "fedavg/all"
+    assert [(label, key) for label, key, _ in drawn] == [("f3ocus/f3ocus-nsga2", "overall"),
+                                                          ("f3ocus/f3ocus-nsga2", "others")]
+    assert drawn[0][2] == pytest.approx({0: 1.0, 1: 2.0, 2: 3.0})
+    assert drawn[1][2] == pytest.approx({0: 0.0, 1: 0.0, 2: 0.0})
+    seeds = (figure.parent / "paired-seeds.csv").read_text().splitlines()
+    assert seeds[0] == "experiment,strategy,seed,metric,value"
+    assert "fedavg,all,2,overall,54" in seeds and "f3ocus,f3ocus-nsga2,2,overall,57" in seeds
+    figure.unlink()
+    shutil.rmtree(tmp_path / "fedavg")
+    assert main(["--redraw", str(figure.with_suffix(".csv"))]) == 0
+    assert figure.read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
+
+
+def test_redraw_rejects_a_table_of_another_kind(tmp_path: Path, capsys) -> None:
+    table = tmp_path / "x.csv"
+    table.write_text("strategy,k,mean\nall,1,2\n")
+    assert main(["--redraw", str(table)]) == 2
+    assert "not a paired-differences table" in capsys.readouterr().err

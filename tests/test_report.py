@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import csv
 import json
+import shutil
 from pathlib import Path
 
 import numpy as np
@@ -107,3 +108,44 @@ def test_report_cli_errors(tmp_path, capsys):
     assert report.main([str(tmp_path)]) == 2
     assert "no complete run yet" in capsys.readouterr().err
     assert report.main([]) == 2
+
+
+def _table(path: Path) -> list[dict]:
+    return list(csv.DictReader(path.read_text().splitlines()))
+
+
+def test_every_figure_is_written_with_the_values_it_plots(experiment):
+    """Planted: training loss 2 / round + seed (seeds 0-2), client masks [0, 3] (k = 2) and [1] (k = 1)
+    in both rounds, round-1 scores = eigenvalues rolled by client + round, one front of two points."""
+    root, _ = experiment
+    written = {p.name for p in report.write_report(root)}
+    stems = ["convergence", "accuracy", "eigenvalues", "layer_ranks", "selection_histogram", "pareto_front"]
+    assert {f"{s}.csv" for s in stems} | {f"{s}.png" for s in stems} <= written
+    loss = {(r["series"], r["round"]): (float(r["mean"]), float(r["std"]))
+            for r in _table(root / "convergence.csv")}
+    assert loss[("lntk", "1")] == pytest.approx((3.0, np.sqrt(2 / 3)))
+    assert loss[("f3ocus", "2")] == pytest.approx((2.0, np.sqrt(2 / 3)))
+    hist = [(r["series"], r["layer"], float(r["selections_per_run"]))
+            for r in _table(root / "selection_histogram.csv")]
+    assert hist[:4] == [("lntk", "0", 2.0), ("lntk", "1", 2.0), ("lntk", "2", 0.0), ("lntk", "3", 2.0)]
+    eig = [float(r["eigenvalue"]) for r in _table(root / "eigenvalues.csv") if r["client"] == "0"]
+    assert eig == pytest.approx([0.1, 0.4, 0.3, 0.2])
+    ranks = [r for r in _table(root / "layer_ranks.csv") if (r["client"], r["round"]) == ("0", "1")]
+    assert [(r["rank"], r["own_top_k"], r["assigned"]) for r in ranks] == [
+        ("4", "0", "1"), ("1", "1", "0"), ("2", "1", "0"), ("3", "0", "1")]
+    front = [(float(r["importance"]), float(r["diversity"]), r["picked"])
+             for r in _table(root / "pareto_front.csv")]
+    assert front == [(1.0, 0.5, "0"), (1.2, 0.9, "0"), (1.0, 0.5, "1")]
+
+
+def test_figures_are_redrawn_from_their_tables_without_runs(experiment, capsys):
+    root, _ = experiment
+    report.write_report(root)
+    shutil.rmtree(root / "runs")
+    for png in root.glob("*.png"):
+        png.unlink()
+    assert report.main(["--from-tables", str(root)]) == 0
+    for stem in report.DRAW:
+        assert (root / f"{stem}.png").read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
+    assert report.main(["--from-tables", str(root / "runs")]) == 2
+    assert "no figure table" in capsys.readouterr().err

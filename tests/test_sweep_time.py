@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import json
 import os
+import shutil
 from pathlib import Path
 
 from server_app import sweep_time
@@ -66,3 +67,24 @@ def test_a_run_without_its_log_or_an_empty_experiment_is_a_one_line_error(tmp_pa
     (tmp_path / "empty" / "runs").mkdir(parents=True)
     assert sweep_time.main([str(tmp_path / "empty")]) == 2
     assert "no complete runs" in capsys.readouterr().err
+
+
+def test_the_run_intervals_table_recomputes_the_sweep_time_without_runs(tmp_path, capsys):
+    first, second = tmp_path / "k2", tmp_path / "k4"
+    planted_run(first, "a-s0", T0, T0 + 100)
+    planted_run(first, "b-s0", T0, T0 + 110)
+    planted_run(second, "a-s0", T0 + 5000, T0 + 5050)
+    table = tmp_path / "sweep_time.csv"
+    assert sweep_time.main([str(first), str(second), "--csv", str(table)]) == 0
+    printed = capsys.readouterr().out
+    assert table.read_text().splitlines()[:2] == ["experiment,run,start,end",
+                                                  f"k2,a-s0,{T0:.3f},{T0 + 100:.3f}"]
+    shutil.rmtree(first)
+    shutil.rmtree(second)
+    assert sweep_time.main(["--from-csv", str(table)]) == 0
+    again = capsys.readouterr().out
+    assert again == printed and "| **all** | 3 | 50 / 100 / 110 | 260 | 160 s (0.04 h) |" in again
+    (tmp_path / "bad.csv").write_text("row,base\n")
+    assert sweep_time.main(["--from-csv", str(tmp_path / "bad.csv")]) == 2
+    assert "not a sweep-time table" in capsys.readouterr().err
+    assert sweep_time.main(["--from-csv", str(table), str(first)]) == 2
