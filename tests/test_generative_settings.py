@@ -15,7 +15,7 @@ from settings import ConfigError, RunConfig, default_config
 from tasks.models.hf import tiny_vilt_config
 from tests.tiny_vlms import save_llava
 
-SETTINGS = [("quantization", "4bit"), ("head", "shared")]
+SETTINGS = [("quantization", "4bit"), ("head", "shared"), ("score-mode", "logit")]
 
 
 @pytest.fixture(scope="module")
@@ -31,7 +31,8 @@ def models(tmp_path_factory) -> dict[str, str]:
 # (model kind, key) -> acts: quantising needs a CUDA device to act, so on an hf generator only the
 # build-time check is walked here (settings.local refuses 4bit off CUDA with its own line).
 ACTS = {("hf-generator", "quantization"), ("minilm-effnet", "head"), ("tiny-vilt", "head"),
-        ("hf-encoder", "head")}
+        ("hf-encoder", "head"), ("minilm-effnet", "score-mode"), ("tiny-vilt", "score-mode"),
+        ("hf-encoder", "score-mode")}
 
 
 def test_every_setting_model_pair_acts_or_is_refused_with_one_line(models):
@@ -41,7 +42,7 @@ def test_every_setting_model_pair_acts_or_is_refused_with_one_line(models):
         for key, value in SETTINGS:
             try:
                 tasks.models.check_model_settings(name, model, value if key == "quantization" else "none",
-                                                  key == "head")
+                                                  key == "head", value if key == "score-mode" else "loss")
                 outcome = "acts"
             except ValueError as err:
                 line = str(err)
@@ -61,7 +62,8 @@ def test_build_model_refuses_a_shared_head_on_a_generator_instead_of_dropping_it
 
 
 @pytest.mark.parametrize(("model", "key", "value"), [("tiny-vilt", "quantization", "4bit"),
-                                                     ("tiny-llava", "head", "shared")])
+                                                     ("tiny-llava", "head", "shared"),
+                                                     ("tiny-llava", "score-mode", "logit")])
 def test_plan_run_refuses_before_round_1(model, key, value, tmp_path):
     config = RunConfig.from_mapping({**default_config(), "model": model, "dataset": "synthetic",
                                      key: value, "results-dir": str(tmp_path)})
