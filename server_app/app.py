@@ -63,6 +63,9 @@ def plan_run(config: RunConfig) -> RunPlan:
                                   lora_rank=config.lora_rank, seed=config.seed,
                                   gated=config.aggregation == "sima", num_blocks=config.num_blocks,
                                   **config.model_kwargs(client=False))
+        # the server's model is unquantised: check the clients' quantization against it here
+        tasks.models.check_model_settings(config.model, model, config.quantization, config.head == "shared",
+                                          config.score_mode)
     except (ValueError, OSError, KeyError, RuntimeError) as err:
         raise ConfigError(f"model = {config.model!r} cannot be built: {err}") from None
     layer_names = list(model.layer_names)

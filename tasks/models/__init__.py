@@ -13,6 +13,25 @@ from tasks.models.base import TASKS, FederatedVLM
 from tasks.names import MODEL_SIZES, MODELS
 
 
+def check_model_settings(name: str, model: FederatedVLM, quantization: str, shared_head: bool,
+                         score_mode: str = "loss") -> None:
+    """Refuse a setting ``model`` cannot honour instead of dropping it (issue 35): only an
+    image-text-to-text ``hf:<dir>`` checkpoint has a 4-bit base (`tasks.models.generative`), a
+    generator answers with its language head, so it has no answer head to share, and its logits
+    are (n, T, vocabulary): the "logit" NTK of Eq. 8 (`tasks.lntk`) takes one row per class of an
+    (n, C) head, so a generator scores with "loss" or "paper"."""
+    if quantization != "none" and not (name.startswith("hf:") and model.generative):
+        raise ValueError(f"quantization = {quantization!r} is not supported by model {name!r}: only "
+                         "image-text-to-text hf:<dir> checkpoints load a 4-bit base; "
+                         "use quantization = 'none'")
+    if shared_head and not hasattr(model, "head"):
+        raise ValueError(f"head = 'shared' is not supported by model {name!r}: a generator has no answer "
+                         "head to share; use head = 'private'")
+    if score_mode == "logit" and model.generative:
+        raise ValueError(f"score-mode = 'logit' is not supported by model {name!r}: a generator's logits are "
+                         "per token over its vocabulary; use score-mode = 'loss' or 'paper'")
+
+
 def build_model(
     name: str,
     num_outputs: int,
@@ -86,8 +105,9 @@ def build_model(
             model = build_hf(name[3:], num_outputs, task, **generative)
         if model.generative and task != "vqa":
             raise ValueError(f"model {name!r} generates answers: it takes VQA data sets, not task {task!r}")
+        check_model_settings(name, model, quantization, shared_head)
         model.lora_targets = tuple(lora_targets)
-        model.shared_head = shared_head and hasattr(model, "head")  # a generator has none to share
+        model.shared_head = shared_head
         torch.manual_seed(seed + 1)  # adapter init independent of the head's size
         apply_adapter(model, adapter, lora_rank, gated=gated, num_blocks=num_blocks, seed=seed)
     if large and adapter == "pq-lora":
@@ -100,4 +120,4 @@ def build_model(
     return model
 
 
-__all__ = ["MODELS", "MODEL_SIZES", "TASKS", "FederatedVLM", "build_model"]
+__all__ = ["MODELS", "MODEL_SIZES", "TASKS", "FederatedVLM", "build_model", "check_model_settings"]
