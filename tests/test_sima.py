@@ -78,7 +78,7 @@ def _group_vectors(frozen, synthetic) -> tuple[np.ndarray, list[int]]:
             tracker = SimaTracker(frozen, ema=0.5, freq=1)
             for step in range(4):
                 tracker(step, own[step * 8:(step + 1) * 8])
-            vectors.append(tracker.vector)
+            vectors.append(tracker.shared())
             groups.append(group)
     return np.stack(vectors), groups
 
@@ -89,6 +89,20 @@ def test_planted_groups_within_group_cosines_exceed_every_between_group_cosine(f
     same = np.equal.outer(groups, groups)
     off_diagonal = ~np.eye(len(groups), dtype=bool)
     assert sim[same & off_diagonal].min() > sim[~same].max()
+
+
+def test_planted_groups_get_block_weights_end_to_end_from_client_gradients_to_models(frozen, synthetic):
+    """Client i sends state e_i (one-hot): its customised model from `sima` is its weight row."""
+    vectors, groups = _group_vectors(frozen, synthetic)
+    n = len(groups)
+    updates = [ClientUpdate(node_id=i, state={"0:w": np.eye(n)[i]}, num_examples=32,
+                            metrics={"sima-grad": [float(v) for v in vectors[i]]}) for i in range(n)]
+    result = sima({"0:w": np.zeros(n)}, updates, tau=0.5)  # the official temperature
+    weights = np.stack([result.personal[i]["0:w"] for i in range(n)])
+    same = np.equal.outer(groups, groups) & ~np.eye(n, dtype=bool)
+    assert np.all(np.diag(weights) == 0)
+    # uniform over the 5 others would give the 2 same-group clients 0.4 of the weight
+    assert (weights * same).sum(axis=1).min() > 0.6
 
 
 def test_small_tau_gives_each_client_the_average_of_its_own_group_without_itself():
