@@ -45,10 +45,11 @@ def sima_tracker(setup: ClientSetup, stored: dict[str, np.ndarray]) -> SimaTrack
 
 
 def with_vector(tracker: SimaTracker | None, personal: dict, reply: dict) -> None:
-    """Store ĝ with the client's personal state and send it with the train reply."""
+    """Store ĝ with the client's personal state and send it, column-normalised, with the train reply
+    (`tasks.mosaic.sima`: the official per-column similarity)."""
     if tracker is not None and tracker.vector is not None:
         personal[SIMA_VECTOR] = tracker.vector
-        reply[SIMA_VECTOR] = [float(v) for v in tracker.vector]
+        reply[SIMA_VECTOR] = [float(v) for v in tracker.shared()]
 
 
 def others_metrics(setup: ClientSetup, server_round: int) -> dict[str, float]:

@@ -17,6 +17,7 @@ from strategies.aggregation import AGGREGATIONS, ClientUpdate
 from strategies.aggregation.sima import client_weights, sima, similarity_matrix
 from strategies.records import from_record, to_record
 from tasks.mosaic import GATE, GLOBAL, LOCAL, SimaTracker, last_layer_gradient
+from tasks.mosaic.sima import column_normalised
 from tests.inprocess import InProcessGrid
 from tests.test_config_node import RUN
 
@@ -42,17 +43,29 @@ def test_the_closed_form_gradient_is_autograd_of_a_zero_head_over_the_whole_voca
     np.testing.assert_allclose(last_layer_gradient(frozen, batch), head.grad.reshape(-1).numpy(), atol=1e-10)
 
 
-def test_the_decayed_gradient_is_the_eq4_ema_of_every_fth_batch(frozen, synthetic):
+def test_the_decayed_gradient_is_the_eq4_ema_of_the_round_mean_of_every_fth_batch(frozen, synthetic):
     batches = [synthetic.train[i * 4:(i + 1) * 4] for i in range(7)]
     previous = np.full(13 * 32, 0.1)
     tracker = SimaTracker(frozen, ema=0.3, freq=3, previous=previous)
     for step, batch in enumerate(batches):
         tracker(step, batch)
-    expected = previous
-    for step in (0, 3, 6):
-        expected = 0.7 * expected + 0.3 * last_layer_gradient(frozen, batches[step])
+    round_mean = np.mean([last_layer_gradient(frozen, batches[step]) for step in (0, 3, 6)], axis=0)
     assert tracker.samples_taken == 3
-    np.testing.assert_allclose(tracker.vector, expected, atol=1e-12)
+    np.testing.assert_allclose(tracker.vector, 0.7 * previous + 0.3 * round_mean, atol=1e-12)
+    first = SimaTracker(frozen, ema=0.3, freq=3)
+    for step, batch in enumerate(batches):
+        first(step, batch)
+    np.testing.assert_allclose(first.vector, round_mean, atol=1e-12)
+
+
+def test_the_sent_vector_s_cosine_is_the_official_mean_of_per_column_cosines():
+    rng = np.random.default_rng(0)
+    a, b = rng.normal(size=(2, 5, 7))
+    a[:, 0] *= 1e3  # one feature of large magnitude: it would dominate a flat cosine
+    per_column = np.mean([a[:, j] @ b[:, j] / np.linalg.norm(a[:, j]) / np.linalg.norm(b[:, j])
+                          for j in range(7)])
+    sim = similarity_matrix(np.stack([column_normalised(m.reshape(-1), 5) for m in (a, b)]))
+    assert sim[0, 1] == pytest.approx(per_column, abs=1e-12)
 
 
 def _group_vectors(frozen, synthetic) -> tuple[np.ndarray, list[int]]:
@@ -65,7 +78,7 @@ def _group_vectors(frozen, synthetic) -> tuple[np.ndarray, list[int]]:
             tracker = SimaTracker(frozen, ema=0.5, freq=1)
             for step in range(4):
                 tracker(step, own[step * 8:(step + 1) * 8])
-            vectors.append(tracker.vector)
+            vectors.append(tracker.shared())
             groups.append(group)
     return np.stack(vectors), groups
 
@@ -76,6 +89,20 @@ def test_planted_groups_within_group_cosines_exceed_every_between_group_cosine(f
     same = np.equal.outer(groups, groups)
     off_diagonal = ~np.eye(len(groups), dtype=bool)
     assert sim[same & off_diagonal].min() > sim[~same].max()
+
+
+def test_planted_groups_get_block_weights_end_to_end_from_client_gradients_to_models(frozen, synthetic):
+    """Client i sends state e_i (one-hot): its customised model from `sima` is its weight row."""
+    vectors, groups = _group_vectors(frozen, synthetic)
+    n = len(groups)
+    updates = [ClientUpdate(node_id=i, state={"0:w": np.eye(n)[i]}, num_examples=32,
+                            metrics={"sima-grad": [float(v) for v in vectors[i]]}) for i in range(n)]
+    result = sima({"0:w": np.zeros(n)}, updates, tau=0.5)  # the official temperature
+    weights = np.stack([result.personal[i]["0:w"] for i in range(n)])
+    same = np.equal.outer(groups, groups) & ~np.eye(n, dtype=bool)
+    assert np.all(np.diag(weights) == 0)
+    # uniform over the 5 others would give the 2 same-group clients 0.4 of the weight
+    assert (weights * same).sum(axis=1).min() > 0.6
 
 
 def test_small_tau_gives_each_client_the_average_of_its_own_group_without_itself():
@@ -141,9 +168,9 @@ def test_the_client_keeps_its_vector_and_local_branch_across_rounds(tmp_path):
     model = tasks.build_model("tiny-vilt", 1, adapter="lora", gated=True)
     record = to_record(tasks.get_layer_state(model, range(4)))
 
-    def train(server_round: int) -> dict:
+    def train(server_round: int, steps: int = 2, run_dir: str = str(tmp_path)) -> dict:
         content = RecordDict({"arrays": record, "config": ConfigRecord({
-            "server-round": server_round, "run-dir": str(tmp_path), "mask": [0, 1], "local-steps": 2,
+            "server-round": server_round, "run-dir": run_dir, "mask": [0, 1], "local-steps": steps,
             "batch-size": 4, "lr": 1e-2, "head-lr": 1e-2, "weight-decay": 0.0})})
         message = Message(content=content, message_type="train", dst_node_id=100)
         reply = client_app(message, grid.contexts[100])
@@ -151,8 +178,11 @@ def test_the_client_keeps_its_vector_and_local_branch_across_rounds(tmp_path):
         return {"vector": np.array(reply.content["metrics"]["sima-grad"]),
                 "sent": from_record(reply.content["arrays"])}
 
-    first, second, repeated = train(1), train(2), train(2)
-    assert not np.allclose(first["vector"], second["vector"])  # round 2 continued the EMA ...
+    # round 2 sees two more batches than round 1, so its round mean differs from round 1's
+    first, second, repeated = train(1), train(2, steps=4), train(2, steps=4)
+    fresh = train(2, steps=4, run_dir=str(tmp_path / "fresh"))  # no stored vector: the round mean alone
+    # (the sent vector is column-normalised, so the EMA moves it only slightly; every call is deterministic)
+    assert not np.array_equal(second["vector"], fresh["vector"])  # round 2 continued the EMA ...
     np.testing.assert_array_equal(second["vector"], repeated["vector"])  # ... from round 1's stored one
     for key, value in second["sent"].items():  # and from round 1's local branch, not the received one
         np.testing.assert_array_equal(repeated["sent"][key], value)

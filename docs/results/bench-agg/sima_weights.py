@@ -1,0 +1,63 @@
+"""SIMA's similarity matrix and client weights per round, recomputed from the vectors the clients
+sent (``sima-grad`` in ``clients.jsonl``, column-normalised: `tasks.mosaic.sima`), for a run of
+`conf/bench-agg-conflict.toml` (planted groups 0,0,1,1).
+
+Usage: python docs/results/bench-agg/sima_weights.py results/bench-aggc-sima [out.csv]
+Prints seed 0's matrices and the same-group weight (the weight client i gives the other member of
+its group; 1/3 = no preference) over seeds × rounds × clients; writes one row per seed and round.
+Runs without a clients.jsonl yet are skipped.
+"""
+
+from __future__ import annotations
+
+import csv
+import json
+import sys
+from pathlib import Path
+
+import numpy as np
+
+from strategies.aggregation.sima import TAU, client_weights, similarity_matrix
+
+PARTNER = (1, 0, 3, 2)  # the other client of each planted group (client-groups = "0,0,1,1")
+
+
+def _accuracy(replies: list[dict], prefix: str) -> float | str:
+    """Accuracy in % over the clients' test examples ('Others' only in the last round, else '')."""
+    ev = [r["evaluate"] for r in replies]
+    if any(f"{prefix}accuracy" not in e for e in ev):
+        return ""
+    n = np.array([e[f"{prefix}num-examples"] for e in ev], dtype=float)
+    return round(float(np.dot([e[f"{prefix}accuracy"] for e in ev], n) / n.sum() * 100), 2)
+
+
+def main(experiment: str, out: str | None = None) -> None:
+    rows, same = [], []
+    np.set_printoptions(precision=3, suppress=True)
+    for run in sorted(p.parent for p in Path(experiment, "runs").glob("all-s*/clients.jsonl")):
+        seed = int(run.name.removeprefix("all-s"))
+        replies = [json.loads(line) for line in (run / "clients.jsonl").read_text().splitlines()]
+        for rnd in sorted({r["round"] for r in replies}):
+            got = sorted((r for r in replies if r["round"] == rnd), key=lambda r: r["partition-id"])
+            sim = similarity_matrix(np.array([r["train"]["sima-grad"] for r in got]))
+            w = client_weights(sim, TAU)
+            pair = [w[i, PARTNER[i]] for i in range(4)]
+            same += pair
+            if seed == 0:
+                print(f"seed 0 round {rnd}: similarity\n{sim}\nweights (tau {TAU})\n{w}")
+            cross = sim[np.ix_([0, 1], [2, 3])]
+            rows.append({"seed": seed, "round": rnd, "same-group-weight": round(float(np.mean(pair)), 4),
+                         "same-group-cos": round(float((sim[0, 1] + sim[2, 3]) / 2), 4),
+                         "cross-group-cos": round(float(cross.mean()), 4),
+                         "self-accuracy": _accuracy(got, ""), "others-accuracy": _accuracy(got, "others-")})
+    print(f"same-group weight over {len(same)} (seed, round, client): mean {np.mean(same):.3f}, "
+          f"min {np.min(same):.3f}, max {np.max(same):.3f}")
+    if out:
+        with open(out, "w", newline="") as f:
+            writer = csv.DictWriter(f, fieldnames=list(rows[0]))
+            writer.writeheader()
+            writer.writerows(rows)
+
+
+if __name__ == "__main__":
+    main(*sys.argv[1:3])
