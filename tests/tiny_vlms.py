@@ -24,7 +24,8 @@ IDEFICS_TEMPLATE = (
     "{% for m in messages %}{% if m['role'] == 'user' %}User:{% for c in m['content'] %}"
     "{% if c['type'] == 'image' %}<image>{% else %} {{ c['text'] }}{% endif %}{% endfor %}"
     "<end_of_utterance>\n"
-    "{% else %}Assistant: {% for c in m['content'] %}{{ c['text'] }}{% endfor %}</s>{% endif %}{% endfor %}"
+    "{% else %}Assistant: {% for c in m['content'] %}{{ c['text'] }}{% endfor %}<end_of_utterance>\n"
+    "{% endif %}{% endfor %}"
     "{% if add_generation_prompt %}Assistant:{% endif %}"
 )
 VISION = {"hidden_size": 32, "intermediate_size": 64, "num_hidden_layers": 2, "num_attention_heads": 2,
@@ -109,6 +110,31 @@ def save_qwen2vl(path: Path) -> Path:
     return path
 
 
+def save_paligemma(path: Path) -> Path:
+    """A tiny PaliGemma (SigLIP vision, Gemma decoder): image and prompt form a bidirectional prefix
+    (token type 0), the answer is causal (token type 1)."""
+    from transformers import (
+        PaliGemmaConfig,
+        PaliGemmaForConditionalGeneration,
+        PaliGemmaProcessor,
+        SiglipImageProcessor,
+    )
+
+    torch.manual_seed(0)
+    tok = byte_tokenizer()
+    images = SiglipImageProcessor(size={"height": 32, "width": 32})
+    images.image_seq_length = 16
+    processor = PaliGemmaProcessor(image_processor=images, tokenizer=tok)  # adds its loc/seg tokens
+    text = {"model_type": "gemma", **TINY_TEXT, "head_dim": 16, **_ids(tok)}
+    config = PaliGemmaConfig(vision_config={**VISION, "model_type": "siglip_vision_model",
+                                            "projection_dim": 32},
+                             text_config=text, image_token_index=tok.convert_tokens_to_ids("<image>"),
+                             projection_dim=32)
+    PaliGemmaForConditionalGeneration(config).save_pretrained(path)
+    processor.save_pretrained(path)
+    return path
+
+
 QWEN_TEMPLATE = (
     "{% for m in messages %}<|im_start|>{{ m['role'] }}\n{% for c in m['content'] %}"
     "{% if c['type'] == 'image' %}"
@@ -133,4 +159,5 @@ def qwen2vl_processor(path: Path):
     return processor
 
 
-__all__ = ["LLAVA_TEMPLATE", "qwen2vl_processor", "save_blip2", "save_idefics3", "save_llava", "save_qwen2vl"]
+__all__ = ["LLAVA_TEMPLATE", "qwen2vl_processor", "save_blip2", "save_idefics3", "save_llava",
+           "save_paligemma", "save_qwen2vl"]
