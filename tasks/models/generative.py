@@ -12,8 +12,8 @@ whose ``config.json`` names an architecture that `transformers.AutoModelForImage
   stop token is the chat template's turn-end token (found by rendering an assistant turn, e.g.
   Idefics3's ``<end_of_utterance>``), else EOS, so training teaches the token generation stops on;
   the answer's tokens are those that prompt + answer add to the prompt, so a SentencePiece
-  tokenizer adds no stray "▁" token. Token types (PaliGemma) are 0 on the image + prompt prefix,
-  which the model attends bidirectionally, and 1 on the answer, which stays causal;
+  tokenizer adds no stray "▁" token. The answer's token types are those of text after the prompt
+  (`ANSWER_TOKEN_TYPE`: PaliGemma's causal suffix 1, not its bidirectional prefix 0);
 * evaluation generates greedily by construction (an explicit `GenerationConfig` with
   ``num_beams=1``, ``do_sample=False`` and neutral penalties, so the checkpoint's
   ``generation_config`` cannot switch on sampling, beams or penalties; ``max-new-tokens``, default
@@ -55,6 +55,10 @@ if TYPE_CHECKING:
 
 VLM_LAYERS: tuple[str, ...] = ("language", "vision", "both")
 IGNORE = -100  # label of every token that is not part of an answer
+# Token type of the answer where a processor gives token types: PaliGemma's suffix type 1 keeps the
+# answer out of its bidirectional prefix (type 0: image + prompt), which would let an answer token
+# see later ones; elsewhere text is type 0 (Gemma 3 marks its image tokens 1, attended bidirectionally).
+ANSWER_TOKEN_TYPE = {"paligemma": 1}
 PROJECTORS = ("multi_modal_projector", "connector", "language_projection", "mm_projector", "merger")
 VISION_TOWERS = ("vision_tower", "vision_model", "visual", "vision_encoder")
 _ARTICLES = re.compile(r"\b(a|an|the)\b")
@@ -189,8 +193,7 @@ class GenerativeVLM(FederatedVLM):
     def collate(self, samples: Sequence[Sample]) -> dict[str, torch.Tensor]:
         """Prompt tokens (from the processor), then each answer's tokens and the stop token,
         right-padded; ``labels`` are the answer tokens and -100 elsewhere; ``token_type_ids`` (where
-        the processor gives them) 1 after the prompt, so the answer is not part of PaliGemma's
-        bidirectional prefix (which would let an answer token see the later ones)."""
+        the processor gives them) are `ANSWER_TOKEN_TYPE` after the prompt."""
         if len(samples) == 0:
             raise ValueError("samples is empty: need at least one Sample to build a batch")
         batch = self._process(samples, "right")
@@ -210,7 +213,7 @@ class GenerativeVLM(FederatedVLM):
             out["input_ids"][i, n:n + len(answer)] = tail
             out["attention_mask"][i, :n + len(answer)] = 1
             if "token_type_ids" in out:
-                out["token_type_ids"][i, n:] = 1
+                out["token_type_ids"][i, n:] = ANSWER_TOKEN_TYPE.get(self.backbone.config.model_type, 0)
             labels[i, n:n + len(answer)] = tail
         return {**batch, **out, "labels": labels}
 
