@@ -24,7 +24,8 @@ IDEFICS_TEMPLATE = (
     "{% for m in messages %}{% if m['role'] == 'user' %}User:{% for c in m['content'] %}"
     "{% if c['type'] == 'image' %}<image>{% else %} {{ c['text'] }}{% endif %}{% endfor %}"
     "<end_of_utterance>\n"
-    "{% else %}Assistant: {% for c in m['content'] %}{{ c['text'] }}{% endfor %}</s>{% endif %}{% endfor %}"
+    "{% else %}Assistant: {% for c in m['content'] %}{{ c['text'] }}{% endfor %}<end_of_utterance>\n"
+    "{% endif %}{% endfor %}"
     "{% if add_generation_prompt %}Assistant:{% endif %}"
 )
 VISION = {"hidden_size": 32, "intermediate_size": 64, "num_hidden_layers": 2, "num_attention_heads": 2,
@@ -109,6 +110,68 @@ def save_qwen2vl(path: Path) -> Path:
     return path
 
 
+def save_paligemma(path: Path) -> Path:
+    """A tiny PaliGemma (SigLIP vision, Gemma decoder): image and prompt form a bidirectional prefix
+    (token type 0), the answer is causal (token type 1)."""
+    from transformers import (
+        PaliGemmaConfig,
+        PaliGemmaForConditionalGeneration,
+        PaliGemmaProcessor,
+        SiglipImageProcessor,
+    )
+
+    torch.manual_seed(0)
+    tok = byte_tokenizer()
+    images = SiglipImageProcessor(size={"height": 32, "width": 32})
+    images.image_seq_length = 16
+    processor = PaliGemmaProcessor(image_processor=images, tokenizer=tok)  # adds its loc/seg tokens
+    text = {"model_type": "gemma", **TINY_TEXT, "head_dim": 16, **_ids(tok)}
+    config = PaliGemmaConfig(vision_config={**VISION, "model_type": "siglip_vision_model",
+                                            "projection_dim": 32},
+                             text_config=text, image_token_index=tok.convert_tokens_to_ids("<image>"),
+                             projection_dim=32)
+    PaliGemmaForConditionalGeneration(config).save_pretrained(path)
+    processor.save_pretrained(path)
+    return path
+
+
+GEMMA3_TEMPLATE = (
+    "{% for m in messages %}<start_of_turn>{{ 'model' if m['role'] == 'assistant' else 'user' }}\n"
+    "{% for c in m['content'] %}{% if c['type'] == 'image' %}<start_of_image>{% else %}{{ c['text'] }}"
+    "{% endif %}{% endfor %}<end_of_turn>\n{% endfor %}{% if add_generation_prompt %}<start_of_turn>model\n"
+    "{% endif %}"
+)
+
+
+def save_gemma3(path: Path) -> Path:
+    """A tiny Gemma 3 (SigLIP vision, pooled to 4 image tokens, Gemma 3 decoder): its image tokens
+    have token type 1 and attend each other bidirectionally; its turns end with <end_of_turn>."""
+    from transformers import (
+        Gemma3Config,
+        Gemma3ForConditionalGeneration,
+        Gemma3ImageProcessor,
+        Gemma3Processor,
+        PreTrainedTokenizerFast,
+    )
+
+    torch.manual_seed(0)
+    named = {"boi_token": "<start_of_image>", "eoi_token": "<end_of_image>",
+             "image_token": "<image_soft_token>"}
+    core = byte_tokenizer(extra=(*named.values(), "<start_of_turn>", "<end_of_turn>"))._tokenizer
+    tok = PreTrainedTokenizerFast(tokenizer_object=core, pad_token="<pad>", bos_token="<s>", eos_token="</s>",
+                                  unk_token="<unk>", extra_special_tokens=named)
+    processor = Gemma3Processor(image_processor=Gemma3ImageProcessor(size={"height": 32, "width": 32}),
+                                tokenizer=tok, image_seq_length=4, chat_template=GEMMA3_TEMPLATE)
+    text = {**TINY_TEXT, "head_dim": 16, "sliding_window": 64, **_ids(tok)}
+    config = Gemma3Config(vision_config={**VISION, "model_type": "siglip_vision_model"}, text_config=text,
+                          mm_tokens_per_image=4, image_token_id=tok.image_token_id,
+                          boi_token_id=tok.boi_token_id,
+                          eoi_token_id=tok.convert_tokens_to_ids("<end_of_image>"))
+    Gemma3ForConditionalGeneration(config).save_pretrained(path)
+    processor.save_pretrained(path)
+    return path
+
+
 QWEN_TEMPLATE = (
     "{% for m in messages %}<|im_start|>{{ m['role'] }}\n{% for c in m['content'] %}"
     "{% if c['type'] == 'image' %}"
@@ -133,4 +196,5 @@ def qwen2vl_processor(path: Path):
     return processor
 
 
-__all__ = ["LLAVA_TEMPLATE", "qwen2vl_processor", "save_blip2", "save_idefics3", "save_llava", "save_qwen2vl"]
+__all__ = ["LLAVA_TEMPLATE", "qwen2vl_processor", "save_blip2", "save_gemma3", "save_idefics3", "save_llava",
+           "save_paligemma", "save_qwen2vl"]

@@ -7,11 +7,19 @@ whose ``config.json`` names an architecture that `transformers.AutoModelForImage
 
 * inputs come from the checkpoint's own processor: its chat template turns the question and the
   image into the prompt (checkpoints without one, e.g. BLIP-2, get BLIP-2's VQA prompt
-  ``"Question: {q} Answer:"``); the answer's tokens and EOS follow the prompt, and the labels
-  are -100 everywhere else, so the loss is the cross-entropy of the answer tokens only;
-* evaluation generates greedily (``max-new-tokens``, default the longest answer of the data set
-  in tokens, plus EOS) and scores normalised exact match (lower case, punctuation and the
-  articles a/an/the removed, as VQA accuracy normalises answers), overall and per question type;
+  ``"Question: {q} Answer:"``); the answer's tokens and the stop token follow the prompt, and the
+  labels are -100 everywhere else, so the loss is the cross-entropy of the answer tokens only. The
+  stop token is the chat template's turn-end token (found by rendering an assistant turn, e.g.
+  Idefics3's ``<end_of_utterance>``), else EOS, so training teaches the token generation stops on;
+  the answer's tokens are those that prompt + answer add to the prompt, so a SentencePiece
+  tokenizer adds no stray "▁" token. The answer's token types are those of text after the prompt
+  (`ANSWER_TOKEN_TYPE`: PaliGemma's causal suffix 1, not its bidirectional prefix 0);
+* evaluation generates greedily by construction (an explicit `GenerationConfig` with
+  ``num_beams=1``, ``do_sample=False`` and neutral penalties, so the checkpoint's
+  ``generation_config`` cannot switch on sampling, beams or penalties; ``max-new-tokens``, default
+  the longest answer of the data set in tokens, plus the stop token) and scores normalised exact
+  match (lower case, punctuation and the articles a/an/the removed, as VQA accuracy normalises
+  answers), overall and per question type;
 * there is no private head: every trained array is an adapter and is aggregated, so
   ``strategy = "none"`` trains nothing and evaluates the checkpoint zero-shot;
 * selectable layers (``vlm-layers``): the language model's decoder blocks (``language``,
@@ -31,6 +39,7 @@ import re
 import string
 from collections.abc import Sequence
 from contextlib import contextmanager
+from functools import cached_property
 from pathlib import Path
 from typing import TYPE_CHECKING
 
@@ -46,6 +55,10 @@ if TYPE_CHECKING:
 
 VLM_LAYERS: tuple[str, ...] = ("language", "vision", "both")
 IGNORE = -100  # label of every token that is not part of an answer
+# Token type of the answer where a processor gives token types: PaliGemma's suffix type 1 keeps the
+# answer out of its bidirectional prefix (type 0: image + prompt), which would let an answer token
+# see later ones; elsewhere text is type 0 (Gemma 3 marks its image tokens 1, attended bidirectionally).
+ANSWER_TOKEN_TYPE = {"paligemma": 1}
 PROJECTORS = ("multi_modal_projector", "connector", "language_projection", "mm_projector", "merger")
 VISION_TOWERS = ("vision_tower", "vision_model", "visual", "vision_encoder")
 _ARTICLES = re.compile(r"\b(a|an|the)\b")
@@ -84,6 +97,7 @@ class GenerativeVLM(FederatedVLM):
 
     def __init__(self, backbone: nn.Module, processor, vlm_layers: str = "language",
                  max_new_tokens: int = 0) -> None:
+        refuse_encoder_decoder(backbone)
         if vlm_layers not in VLM_LAYERS:
             raise ValueError(f"vlm-layers {vlm_layers!r} is unknown; choose one of {', '.join(VLM_LAYERS)}")
         super().__init__(1, "vqa", 1, head=False)
@@ -117,10 +131,39 @@ class GenerativeVLM(FederatedVLM):
         messages = [{"role": "user", "content": [{"type": "image"}, {"type": "text", "text": question}]}]
         return self.processor.apply_chat_template(messages, add_generation_prompt=True)
 
+    def _tokens(self, text: str) -> list[int]:
+        return self.tokenizer(text, add_special_tokens=False)["input_ids"]
+
     def answer_ids(self, answer: str) -> list[int]:
-        """The answer's tokens after the prompt, then EOS."""
-        ids = self.tokenizer(" " + answer, add_special_tokens=False)["input_ids"]
-        return [*ids, self.tokenizer.eos_token_id]
+        """The tokens that ``" " + answer`` adds after a prompt, then the stop token.
+
+        Tokenised together with a prompt and taken as the difference, so a SentencePiece tokenizer
+        (whose lone ``" yes"`` would start with a stray "▁") gives the answer's tokens in context."""
+        text, anchor = self._anchor
+        ids = self._tokens(text + " " + answer)
+        if ids[:len(anchor)] != anchor:  # a merge across the boundary: tokenise the answer alone
+            return [*self._tokens(" " + answer), self.stop_ids[0]]
+        return [*ids[len(anchor):], self.stop_ids[0]]
+
+    @cached_property
+    def _anchor(self) -> tuple[str, list[int]]:
+        """A prompt and its tokens, the context `answer_ids` tokenises answers in."""
+        return self.prompt(""), self._tokens(self.prompt(""))
+
+    @cached_property
+    def stop_ids(self) -> list[int]:
+        """The tokens generation stops on: the chat template's turn-end token (the first special token
+        that the template writes after an assistant message), then EOS. Training ends answers with
+        the first of them."""
+        eos = self.tokenizer.eos_token_id
+        if not self.has_template:
+            return [eos]
+        messages = [{"role": "user", "content": [{"type": "text", "text": "q"}]},
+                    {"role": "assistant", "content": [{"type": "text", "text": "\x00"}]}]
+        tail = self.processor.apply_chat_template(messages).split("\x00", 1)[-1]
+        special = set(self.tokenizer.all_special_ids)
+        end = next((t for t in self._tokens(tail) if t in special), eos)
+        return list(dict.fromkeys((end, eos)))
 
     def answer_of(self, sample: Sample) -> str:
         if not self.answers:
@@ -148,8 +191,9 @@ class GenerativeVLM(FederatedVLM):
                                        return_tensors="pt", padding=True))
 
     def collate(self, samples: Sequence[Sample]) -> dict[str, torch.Tensor]:
-        """Prompt tokens (from the processor), then each answer's tokens and EOS, right-padded;
-        ``labels`` are the answer tokens and -100 elsewhere."""
+        """Prompt tokens (from the processor), then each answer's tokens and the stop token,
+        right-padded; ``labels`` are the answer tokens and -100 elsewhere; ``token_type_ids`` (where
+        the processor gives them) are `ANSWER_TOKEN_TYPE` after the prompt."""
         if len(samples) == 0:
             raise ValueError("samples is empty: need at least one Sample to build a batch")
         batch = self._process(samples, "right")
@@ -168,6 +212,8 @@ class GenerativeVLM(FederatedVLM):
                 out[key][i, :n] = batch[key][i, :n]
             out["input_ids"][i, n:n + len(answer)] = tail
             out["attention_mask"][i, :n + len(answer)] = 1
+            if "token_type_ids" in out:
+                out["token_type_ids"][i, n:] = ANSWER_TOKEN_TYPE.get(self.backbone.config.model_type, 0)
             labels[i, n:n + len(answer)] = tail
         return {**batch, **out, "labels": labels}
 
@@ -202,19 +248,24 @@ class GenerativeVLM(FederatedVLM):
 
     # -- generation -----------------------------------------------------------------------------
     def new_tokens(self) -> int:
-        """``max-new-tokens``, else the longest answer of the data set in tokens (with EOS)."""
+        """``max-new-tokens``, else the longest answer of the data set in tokens (with the stop token)."""
         if self.max_new_tokens:
             return self.max_new_tokens
         return max(len(self.answer_ids(a)) for a in self.answers) if self.answers else 16
 
     @torch.no_grad()
     def generate_answers(self, samples: Sequence[Sample]) -> list[str]:
-        """Greedy answers to the samples' questions (left-padded prompts)."""
+        """Greedy answers to the samples' questions (left-padded prompts); see the module doc."""
+        from transformers import GenerationConfig
+
         batch = {k: v.to(self.device) for k, v in self._process(samples, "left").items()}
         if "pixel_values" in batch:
             batch["pixel_values"] = batch["pixel_values"].to(self.dtype)
-        out = self.backbone.generate(**batch, max_new_tokens=self.new_tokens(), do_sample=False,
-                                     pad_token_id=self.tokenizer.pad_token_id)
+        greedy = GenerationConfig(max_new_tokens=self.new_tokens(), min_new_tokens=0, do_sample=False,
+                                  num_beams=1, repetition_penalty=1.0, no_repeat_ngram_size=0,
+                                  length_penalty=1.0, eos_token_id=self.stop_ids,
+                                  pad_token_id=self.tokenizer.pad_token_id)
+        out = self.backbone.generate(**batch, generation_config=greedy)
         return self.tokenizer.batch_decode(out[:, batch["input_ids"].shape[1]:], skip_special_tokens=True)
 
     @property
@@ -224,6 +275,16 @@ class GenerativeVLM(FederatedVLM):
     @property
     def device(self) -> torch.device:
         return next(self.backbone.parameters()).device
+
+
+def refuse_encoder_decoder(backbone: nn.Module) -> None:
+    """One line for an encoder-decoder language model (BLIP-2 Flan-T5, ...): this path appends the
+    answer to the decoder-only input and slices generation after the prompt, both wrong there."""
+    text = backbone.config.get_text_config()
+    if getattr(text, "is_encoder_decoder", False):
+        raise ValueError(f"{type(backbone).__name__} has an encoder-decoder language model "
+                         f"({type(text).__name__}); generative fine-tuning supports decoder-only ones "
+                         "(LLaVA, Idefics3, BLIP-2 OPT, PaliGemma, Qwen2-VL, ...)")
 
 
 def load_processor(path: Path, architecture: str):
