@@ -64,8 +64,10 @@ def plan_run(config: RunConfig) -> RunPlan:
                                   gated=config.aggregation == "sima", num_blocks=config.num_blocks,
                                   **config.model_kwargs(client=False))
         # the server's model is unquantised: check the clients' quantization against it here
-        tasks.models.check_model_settings(config.model, model, config.quantization, config.head == "shared",
-                                          config.score_mode)
+        from tasks.models import check_model_settings  # torch: only once a model is built
+
+        check_model_settings(config.model, model, config.quantization, config.head == "shared",
+                             config.score_mode)
     except (ValueError, OSError, KeyError, RuntimeError) as err:
         raise ConfigError(f"model = {config.model!r} cannot be built: {err}") from None
     layer_names = list(model.layer_names)
