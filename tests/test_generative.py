@@ -30,12 +30,14 @@ from tests.tiny_vlms import (
     save_gemma3,
     save_idefics3,
     save_llava,
+    save_llava_next,
     save_paligemma,
     save_qwen2vl,
 )
 
 FAMILIES = {"llava": save_llava, "idefics3": save_idefics3, "blip2": save_blip2}  # also run federated
-TINY = {**FAMILIES, "paligemma": save_paligemma, "gemma3": save_gemma3}  # every checkpoint the oracles run on
+TINY = {**FAMILIES, "llava-next": save_llava_next, "paligemma": save_paligemma,  # every checkpoint the
+        "gemma3": save_gemma3}  # oracles run on
 EVERY = ["tiny-llava", *TINY, "qwen2-vl"]
 RUN = ("dataset='synthetic' partitioner='iid' num-server-rounds=2 local-steps=2 batch-size=4 "
        "max-train-samples=16 max-test-samples=6 score-batch-size=4 optimizer-pop-size=10 "

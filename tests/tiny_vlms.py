@@ -2,7 +2,8 @@
 
 Built from configs (as transformers' own tests do), with the byte-level tokenizer of
 `tasks.models.tiny_llava` (nothing downloaded), and saved to a folder for ``model = "hf:<dir>"``:
-LLaVA (CLIP vision tower, Llama decoder, chat template), Idefics3/SmolVLM (SigLIP-style vision,
+LLaVA (CLIP vision tower, Llama decoder, chat template), LLaVA-NeXT (the same with any-resolution
+tiles), Idefics3/SmolVLM (SigLIP-style vision,
 pixel-shuffle connector, Llama decoder, chat template) and BLIP-2 (vision, Q-Former, OPT decoder,
 no chat template: the model's "Question: ... Answer:" prompt). Qwen2-VL's processor needs
 torchvision (transformers checks its video part's class even when it is unused), which CPU machines
@@ -41,6 +42,32 @@ def save_llava(path: Path) -> Path:
     torch.manual_seed(0)
     model, processor = tiny_llava(llava_processor())
     model.save_pretrained(path)
+    processor.save_pretrained(path)
+    return path
+
+
+def save_llava_next(path: Path) -> Path:
+    """A tiny LLaVA-NeXT (CLIP vision, any-resolution tiles over ``image_grid_pinpoints``, an
+    ``image_newline`` row end, Llama decoder, LLaVA's chat template): each image is its base view plus
+    the tiles of its best-fitting grid, so ``pixel_values`` is (images, tiles, 3, H, W)."""
+    import transformers
+    from transformers import LlavaNextConfig, LlavaNextForConditionalGeneration, LlavaNextProcessor
+
+    torch.manual_seed(0)
+    tok = byte_tokenizer()
+    pins = [[32, 32], [32, 64], [64, 32]]
+    # the PIL image processor (transformers >= 5 names it apart; the default one wants torchvision)
+    images = getattr(transformers, "LlavaNextImageProcessorPil", transformers.LlavaNextImageProcessor)(
+        size={"shortest_edge": 32}, crop_size={"height": 32, "width": 32}, image_grid_pinpoints=pins)
+    processor = LlavaNextProcessor(image_processor=images, tokenizer=tok, patch_size=8,
+                                   vision_feature_select_strategy="default", chat_template=LLAVA_TEMPLATE,
+                                   num_additional_image_tokens=1)
+    text = {"model_type": "llama", **TINY_TEXT, **_ids(tok)}
+    vision = {**VISION, "model_type": "clip_vision_model", "projection_dim": 32}
+    config = LlavaNextConfig(vision_config=vision, text_config=text, image_grid_pinpoints=pins,
+                             image_token_index=tok.convert_tokens_to_ids("<image>"),
+                             vision_feature_select_strategy="default", vision_feature_layer=-1)
+    LlavaNextForConditionalGeneration(config).save_pretrained(path)
     processor.save_pretrained(path)
     return path
 
@@ -197,4 +224,4 @@ def qwen2vl_processor(path: Path):
 
 
 __all__ = ["LLAVA_TEMPLATE", "qwen2vl_processor", "save_blip2", "save_gemma3", "save_idefics3", "save_llava",
-           "save_paligemma", "save_qwen2vl"]
+           "save_llava_next", "save_paligemma", "save_qwen2vl"]
