@@ -1,11 +1,12 @@
 """SIMA's similarity matrix and client weights per round, recomputed from the vectors the clients
-sent (``sima-grad`` in ``clients.jsonl``, column-normalised: `tasks.mosaic.sima`), for a run of
-`conf/bench-agg-conflict.toml` (planted groups 0,0,1,1).
+sent (``sima-grad`` in ``clients.jsonl``, column-normalised: `tasks.mosaic.sima`), for a run with
+planted ``client-groups`` (from the run's config.json: 0,0,1,1 in `conf/bench-agg-conflict.toml`,
+0,1,2,0,1,2 in `conf/bench-agg-types.toml`).
 
 Usage: python docs/results/bench-agg/sima_weights.py results/bench-aggc-sima [out.csv]
-Prints seed 0's matrices and the same-group weight (the weight client i gives the other member of
-its group; 1/3 = no preference) over seeds × rounds × clients; writes one row per seed and round.
-Runs without a clients.jsonl yet are skipped.
+Prints seed 0's matrices and the same-group weight (the weight client i gives the other members of
+its group; with no preference, (group size - 1)/(clients - 1)) over seeds × rounds × clients; writes
+one row per seed and round. Runs without a clients.jsonl yet are skipped.
 """
 
 from __future__ import annotations
@@ -17,9 +18,8 @@ from pathlib import Path
 
 import numpy as np
 
+from settings.config import group_of, parse_groups
 from strategies.aggregation.sima import TAU, client_weights, similarity_matrix
-
-PARTNER = (1, 0, 3, 2)  # the other client of each planted group (client-groups = "0,0,1,1")
 
 
 def _accuracy(replies: list[dict], prefix: str) -> float | str:
@@ -37,18 +37,21 @@ def main(experiment: str, out: str | None = None) -> None:
     for run in sorted(p.parent for p in Path(experiment, "runs").glob("all-s*/clients.jsonl")):
         seed = int(run.name.removeprefix("all-s"))
         replies = [json.loads(line) for line in (run / "clients.jsonl").read_text().splitlines()]
+        groups = parse_groups(json.loads((run / "config.json").read_text())["client-groups"])
         for rnd in sorted({r["round"] for r in replies}):
             got = sorted((r for r in replies if r["round"] == rnd), key=lambda r: r["partition-id"])
             sim = similarity_matrix(np.array([r["train"]["sima-grad"] for r in got]))
             w = client_weights(sim, TAU)
-            pair = [w[i, PARTNER[i]] for i in range(4)]
-            same += pair
+            group = np.array([group_of(r["partition-id"], groups) for r in got])
+            block = (group[:, None] == group[None, :]) & ~np.eye(len(got), dtype=bool)
+            pair = (w * block).sum(axis=1)
+            same += list(pair)
             if seed == 0:
                 print(f"seed 0 round {rnd}: similarity\n{sim}\nweights (tau {TAU})\n{w}")
-            cross = sim[np.ix_([0, 1], [2, 3])]
+            cross = (group[:, None] != group[None, :])
             rows.append({"seed": seed, "round": rnd, "same-group-weight": round(float(np.mean(pair)), 4),
-                         "same-group-cos": round(float((sim[0, 1] + sim[2, 3]) / 2), 4),
-                         "cross-group-cos": round(float(cross.mean()), 4),
+                         "same-group-cos": round(float(sim[block].mean()), 4),
+                         "cross-group-cos": round(float(sim[cross].mean()), 4),
                          "self-accuracy": _accuracy(got, ""), "others-accuracy": _accuracy(got, "others-")})
     print(f"same-group weight over {len(same)} (seed, round, client): mean {np.mean(same):.3f}, "
           f"min {np.min(same):.3f}, max {np.max(same):.3f}")
