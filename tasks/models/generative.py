@@ -281,8 +281,9 @@ PACKED = {"pixel_values": "image_grid_thw", "pixel_values_videos": "video_grid_t
 
 
 def split_inputs(emb: dict[str, torch.Tensor], n: int) -> list[dict[str, torch.Tensor]]:
-    """The batch's ``n`` samples as ``n`` single-sample inputs, each as the model's processor would
-    give it for that sample alone (batch axis of 1).
+    """The batch's ``n`` samples as ``n`` single-sample inputs (batch axis of 1), each what the
+    processor gives for that sample alone up to the batch's right padding (masked, and after every
+    label, so no loss changes).
 
     Batch-first tensors are sliced along axis 0. Qwen2-VL-style processors pack every image's patches
     into one (Σ patches, d) ``pixel_values`` (`PACKED`) with one ``image_grid_thw`` row (t, h, w) per
