@@ -34,6 +34,13 @@ If the hooks cannot be used at run time (a module input that is not batch-first,
 used outside its module), the per-sample-gradient path runs instead, with a RuntimeWarning. If vmap
 cannot trace a model (e.g. a Hugging Face forward with data-dependent mask checks), the
 per-sample gradients come from a loop of n backward passes instead, with a RuntimeWarning saying so.
+Inputs that are not batch-first (Qwen2-VL packs all images' patches into one `pixel_values` with an
+`image_grid_thw` row per image) cannot be mapped by vmap and go to that loop directly, each sample
+on its own patches and grid row (`tasks.models.generative.split_inputs`).
+
+Which settings score (tests/test_generative_lntk.py, every family × `vlm-layers`): "loss" and
+"paper" for every model; "logit" only for a classification head — a generator's (n, T, vocabulary)
+logits are refused in one line (`check_mode`, and before round 1 by check_model_settings).
 """
 
 from __future__ import annotations
@@ -53,6 +60,7 @@ from torch.func import functional_call, grad, jacrev, vmap
 from tasks.adapters import layer_parameter_names
 from tasks.lntk_hooks import NotHookable, hook_sites, hooked_grams
 from tasks.models.base import FederatedVLM
+from tasks.models.generative import split_inputs
 
 if TYPE_CHECKING:
     from tasks.data import Sample
@@ -73,8 +81,7 @@ class LayerScores:
 
 def layer_scores(model: FederatedVLM, samples: Sequence[Sample], mode: str = "loss") -> LayerScores:
     """λ₁ of every selectable layer's LNTK on `samples` and the normalised scores Sˡ."""
-    if mode not in MODES:
-        raise ValueError(f"unknown LNTK mode {mode!r}; choose one of {', '.join(MODES)}")
+    check_mode(model, mode)
     if len(samples) == 0:
         raise ValueError("samples is empty: LNTK scoring needs at least one sample")
     start = time.perf_counter()
@@ -95,6 +102,18 @@ def layer_scores(model: FederatedVLM, samples: Sequence[Sample], mode: str = "lo
     n = len(eigenvalues)
     scores = eigenvalues / total if total > 0 else np.full(n, 1.0 / n)
     return LayerScores(eigenvalues, scores, time.perf_counter() - start)
+
+
+def check_mode(model: FederatedVLM, mode: str) -> None:
+    """One line for a mode `model` cannot be scored in: an unknown one, or "logit" on a generator,
+    whose logits are (n, T, vocabulary) where Eq. 8's logit NTK takes the C classes of an (n, C)
+    head (T·V rows per sample: not a layer score one can afford). tasks.models.check_model_settings
+    refuses the same setting before round 1."""
+    if mode not in MODES:
+        raise ValueError(f"unknown LNTK mode {mode!r}; choose one of {', '.join(MODES)}")
+    if mode == "logit" and model.generative:
+        raise ValueError(f"score-mode = 'logit' cannot score generator {type(model).__name__}: its logits "
+                         "are per token over its vocabulary; use score-mode = 'loss' or 'paper'")
 
 
 def principal_eigenvalue(gram: torch.Tensor, lanczos_above: int = LANCZOS_ABOVE) -> float:
@@ -152,28 +171,36 @@ def _hooked(
 def per_sample_grams(
     model: FederatedVLM, emb: Batch, labels: torch.Tensor, groups: list[list[str]], mode: str
 ) -> list[torch.Tensor]:
-    """Per-layer Gram matrices J Jᵀ (float64) from per-sample gradients / Jacobians (vmap)."""
+    """Per-layer Gram matrices J Jᵀ (float64) from per-sample gradients / Jacobians: one vmap pass
+    when every input is batch-first, else (packed patches, or vmap cannot trace the model) a loop
+    over the samples' own inputs (`tasks.models.generative.split_inputs`)."""
     tail = _Tail(model)
     named = dict(model.named_parameters())
     params = {f"model.{n}": named[n].detach() for group in groups for n in group}
+    n = labels.shape[0]
 
-    def per_sample(p: Params, e: Batch, y: torch.Tensor) -> torch.Tensor:
-        logits = functional_call(tail, p, ({k: v[None] for k, v in e.items()},))
+    def single(p: Params, e: Batch, y: torch.Tensor) -> torch.Tensor:  # e: one sample, batch axis 1
+        logits = functional_call(tail, p, (e,))
         return model.loss(logits, y[None]) if mode == "loss" else logits[0]
 
-    transform = grad(per_sample) if mode == "loss" else jacrev(per_sample)
-    try:
-        with torch.no_grad():
-            jac = vmap(transform, in_dims=(None, 0, 0))(params, emb, labels)
-    except (RuntimeError, NotImplementedError) as err:
-        warnings.warn(
-            f"vmap cannot trace {type(model).__name__} ({str(err).splitlines()[0][:120]}); "
-            "LNTK falls back to a loop of per-sample backward passes",
-            RuntimeWarning,
-            stacklevel=4,
-        )
-        jac = _looped(per_sample, params, emb, labels, mode)
-    n = labels.shape[0]
+    def unbatched(p: Params, e: Batch, y: torch.Tensor) -> torch.Tensor:
+        return single(p, {k: v[None] for k, v in e.items()}, y)
+
+    jac = None
+    if all(v.dim() and v.shape[0] == n for v in emb.values()):  # packed patches cannot be mapped
+        transform = grad(unbatched) if mode == "loss" else jacrev(unbatched)
+        try:
+            with torch.no_grad():
+                jac = vmap(transform, in_dims=(None, 0, 0))(params, emb, labels)
+        except (RuntimeError, NotImplementedError, ValueError) as err:
+            warnings.warn(
+                f"vmap cannot trace {type(model).__name__} ({str(err).splitlines()[0][:120]}); "
+                "LNTK falls back to a loop of per-sample backward passes",
+                RuntimeWarning,
+                stacklevel=4,
+            )
+    if jac is None:
+        jac = _looped(single, params, split_inputs(emb, n), labels, mode)
     grams = []
     for group in groups:
         gram = torch.zeros(0, 0, dtype=torch.float64)
@@ -185,14 +212,15 @@ def per_sample_grams(
 
 
 def _looped(
-    per_sample: Callable[..., torch.Tensor], params: Params, emb: Batch, labels: torch.Tensor, mode: str
+    single: Callable[..., torch.Tensor], params: Params, inputs: list[Batch], labels: torch.Tensor, mode: str
 ) -> Params:
-    """Per-sample gradients (loss) or Jacobians (logit) by explicit backward passes."""
+    """Per-sample gradients (loss) or Jacobians (logit) by explicit backward passes, sample i on
+    `inputs[i]`, its own single-sample inputs."""
     leaves = {k: v.clone().requires_grad_(True) for k, v in params.items()}
     out: dict[str, list[torch.Tensor]] = {k: [] for k in leaves}
-    for i in range(labels.shape[0]):
+    for i, inp in enumerate(inputs):
         with torch.enable_grad():
-            value = per_sample(leaves, {k: v[i] for k, v in emb.items()}, labels[i])
+            value = single(leaves, inp, labels[i])
         outputs = value.reshape(-1)
         rows = []
         for j in range(outputs.shape[0]):

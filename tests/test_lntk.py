@@ -82,13 +82,15 @@ def test_lora_at_initialisation_only_b_has_gradient(samples):
     assert relative_error(layer_scores(model, samples).eigenvalues, expected) <= 1e-6
 
 
-def test_loop_fallback_matches_vmap_and_warns(monkeypatch, samples):
+@pytest.mark.parametrize("error", [RuntimeError, NotImplementedError, ValueError])
+def test_loop_fallback_matches_vmap_and_warns(error, monkeypatch, samples):
+    """Every error type vmap raises on a model it cannot map (ValueError: mismatched batch sizes)."""
     model = build_model("tiny-vilt", 5, adapter="layer").double()  # LayerNorm: no hooks, vmap
     assert lntk.hook_sites(model, [layer_parameter_names(model, 0)]) is None
     reference = layer_scores(model, samples).eigenvalues
 
     def untraceable(*args, **kwargs):
-        raise RuntimeError("vmap: data-dependent control flow")
+        raise error("vmap: data-dependent control flow")
 
     monkeypatch.setattr(lntk, "vmap", untraceable)
     with pytest.warns(RuntimeWarning, match="falls back to a loop"):

@@ -277,6 +277,41 @@ class GenerativeVLM(FederatedVLM):
         return next(self.backbone.parameters()).device
 
 
+PACKED = {"pixel_values": "image_grid_thw", "pixel_values_videos": "video_grid_thw"}  # patches: grid rows
+
+
+def split_inputs(emb: dict[str, torch.Tensor], n: int) -> list[dict[str, torch.Tensor]]:
+    """The batch's ``n`` samples as ``n`` single-sample inputs (batch axis of 1), each what the
+    processor gives for that sample alone up to the batch's right padding (masked, and after every
+    label, so no loss changes).
+
+    Batch-first tensors are sliced along axis 0. Qwen2-VL-style processors pack every image's patches
+    into one (Σ patches, d) ``pixel_values`` (`PACKED`) with one ``image_grid_thw`` row (t, h, w) per
+    image: image i owns the next t·h·w rows, so the split follows the grid, not the batch axis.
+    `GenerativeVLM.collate` gives one image per sample; a packed batch whose grid has another
+    number of rows is refused. Used by per-sample LNTK (tasks.lntk), where vmap cannot map the
+    packed axis."""
+    out: list[dict[str, torch.Tensor]] = [{} for _ in range(n)]
+    for key, value in emb.items():
+        grid = emb.get(PACKED.get(key, ""))
+        if grid is not None:
+            if grid.shape[0] != n:
+                raise ValueError(f"{key}: {grid.shape[0]} images packed for {n} samples; per-sample "
+                                 "inputs need one image per sample")
+            sizes = grid.prod(1).tolist()
+            if sum(sizes) != value.shape[0]:
+                raise ValueError(f"{key} has {value.shape[0]} patches but {PACKED[key]} counts {sum(sizes)}")
+            parts = value.split(sizes)
+        elif value.dim() and value.shape[0] == n:
+            parts = value.split(1)
+        else:
+            raise ValueError(f"input {key!r} of shape {tuple(value.shape)} is neither batch-first with {n} "
+                             "samples nor packed patches with a grid; cannot split it per sample")
+        for sample, part in zip(out, parts, strict=True):
+            sample[key] = part
+    return out
+
+
 def refuse_encoder_decoder(backbone: nn.Module) -> None:
     """One line for an encoder-decoder language model (BLIP-2 Flan-T5, ...): this path appends the
     answer to the decoder-only input and slices generation after the prompt, both wrong there."""
