@@ -34,12 +34,13 @@ from tests.tiny_vlms import (
     save_gemma3,
     save_idefics3,
     save_llava,
+    save_llava_next,
     save_paligemma,
     save_qwen2vl,
 )
 
-SAVE = {"llava": save_llava, "idefics3": save_idefics3, "blip2": save_blip2, "paligemma": save_paligemma,
-        "gemma3": save_gemma3, "qwen2-vl": save_qwen2vl}
+SAVE = {"llava": save_llava, "llava-next": save_llava_next, "idefics3": save_idefics3, "blip2": save_blip2,
+        "paligemma": save_paligemma, "gemma3": save_gemma3, "qwen2-vl": save_qwen2vl}
 FAMILIES = ["tiny-llava", *SAVE]
 VLM_LAYERS = ["language", "vision", "both"]
 
