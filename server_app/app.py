@@ -67,7 +67,11 @@ def plan_run(config: RunConfig) -> RunPlan:
         from tasks.models import check_model_settings  # torch: only once a model is built
 
         check_model_settings(config.model, model, config.quantization, config.head == "shared",
-                             config.score_mode)
+                             config.score_mode, adapter=config.adapter, vlm_layers=config.vlm_layers,
+                             max_new_tokens=config.max_new_tokens, dtype=config.dtype,
+                             gradient_checkpointing=config.gradient_checkpointing,
+                             lora_targets=model.lora_targets, num_blocks=config.num_blocks,
+                             lora_rank=config.lora_rank)
     except (ValueError, OSError, KeyError, RuntimeError) as err:
         raise ConfigError(f"model = {config.model!r} cannot be built: {err}") from None
     layer_names = list(model.layer_names)

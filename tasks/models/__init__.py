@@ -10,26 +10,8 @@ from __future__ import annotations
 import torch
 
 from tasks.models.base import TASKS, FederatedVLM
+from tasks.models.checks import check_model_settings
 from tasks.names import MODEL_SIZES, MODELS
-
-
-def check_model_settings(name: str, model: FederatedVLM, quantization: str, shared_head: bool,
-                         score_mode: str = "loss") -> None:
-    """Refuse a setting ``model`` cannot honour instead of dropping it (issue 35): only an
-    image-text-to-text ``hf:<dir>`` checkpoint has a 4-bit base (`tasks.models.generative`), a
-    generator answers with its language head, so it has no answer head to share, and its logits
-    are (n, T, vocabulary): the "logit" NTK of Eq. 8 (`tasks.lntk`) takes one row per class of an
-    (n, C) head, so a generator scores with "loss" or "paper"."""
-    if quantization != "none" and not (name.startswith("hf:") and model.generative):
-        raise ValueError(f"quantization = {quantization!r} is not supported by model {name!r}: only "
-                         "image-text-to-text hf:<dir> checkpoints load a 4-bit base; "
-                         "use quantization = 'none'")
-    if shared_head and not hasattr(model, "head"):
-        raise ValueError(f"head = 'shared' is not supported by model {name!r}: a generator has no answer "
-                         "head to share; use head = 'private'")
-    if score_mode == "logit" and model.generative:
-        raise ValueError(f"score-mode = 'logit' is not supported by model {name!r}: a generator's logits are "
-                         "per token over its vocabulary; use score-mode = 'loss' or 'paper'")
 
 
 def build_model(

@@ -25,7 +25,12 @@ whose ``config.json`` names an architecture that `transformers.AutoModelForImage
 * selectable layers (``vlm-layers``): the language model's decoder blocks (``language``,
   default), the vision tower's blocks plus the multimodal projector (``vision``), or all of them
   in forward order (``both``). LoRA goes on the Linear modules of the chosen blocks, i.e. their
-  attention and MLP projections (``lora-targets`` keeps only the named ones).
+  attention and MLP projections (``lora-targets`` keeps only the named ones). BLIP-2's Q-Former
+  (Li et al. 2023, §3: the trainable bridge between the frozen image encoder and the frozen LLM)
+  sits in forward order between the vision blocks and ``language_projection``, so ``vision`` and
+  ``both`` select its blocks too (LoRA on its self- and cross-attention and feed-forward Linears);
+  ``language``, the default, adapts the LLM's decoder blocks as F3OCUS fine-tunes the LLM layers
+  (§6, supplement Table 1).
 
 `embed` hands the processor's tensors through and `forward_embedded` runs the whole model to
 token logits, so training, LNTK scoring (per-sample answer-token losses, tasks/lntk.py) and the
@@ -61,6 +66,9 @@ IGNORE = -100  # label of every token that is not part of an answer
 ANSWER_TOKEN_TYPE = {"paligemma": 1}
 PROJECTORS = ("multi_modal_projector", "connector", "language_projection", "mm_projector", "merger")
 VISION_TOWERS = ("vision_tower", "vision_model", "visual", "vision_encoder")
+BRIDGES = ("qformer",)
+"""Blocks between the vision tower and the projector (BLIP-2's Q-Former): selectable after the
+vision blocks under vlm-layers vision/both, in forward order."""
 _ARTICLES = re.compile(r"\b(a|an|the)\b")
 _PUNCTUATION = str.maketrans("", "", string.punctuation)
 
@@ -117,7 +125,9 @@ class GenerativeVLM(FederatedVLM):
                 raise ValueError(f"vlm-layers {vlm_layers!r}: {type(backbone).__name__} has no vision "
                                  f"tower named one of {', '.join(VISION_TOWERS)}")
             projector = _first_named(backbone, PROJECTORS)
+            bridge = _first_named(backbone, BRIDGES)
             front = _blocks_under(vision[1], f"backbone.{vision[0]}")
+            front += _blocks_under(bridge[1], f"backbone.{bridge[0]}") if bridge is not None else []
             front += [f"backbone.{projector[0]}"] if projector is not None else []
             layers = front + (layers if vlm_layers == "both" else [])
         self.layer_names = layers

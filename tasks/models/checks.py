@@ -1,0 +1,108 @@
+"""Every model setting acts or is refused (issue 35 item 2): `check_model_settings`.
+
+A run-config key that a model (or the chosen adapter) would ignore stops the run before round 1
+with one line ``<key> = <value> is not supported by model <name>: <why>; use ...`` instead of being
+dropped. `tasks.build_model` calls it with the settings it knows; the server's `plan_run` calls it
+with every run setting after building the model, so a ConfigError names the key before round 1.
+"""
+
+from __future__ import annotations
+
+from torch import nn
+
+from tasks.models.base import FederatedVLM, is_under
+
+NUM_BLOCKS = 4
+"""``num-blocks`` default (build_model's and pyproject's): N_B of PQ-LoRA, FedMosaic Eq. 7."""
+LORA_RANK = 8
+"""``lora-rank`` default: the LoRA / PQ-LoRA rank; adapter = "layer" has none."""
+_WRAPPERS = ("base_layer", "base")  # peft LoRA / FedMosaic modules keep the adapted Linear under these
+
+
+def linear_names(model: FederatedVLM) -> list[str]:
+    """The module names (last name part) ``lora-targets`` can name: Linear / groups=1 Conv2d modules
+    of the selectable layers, seen through the adapter wrappers that replaced them."""
+    prefixes = [p for layer in model.layer_prefixes for p in layer]
+    names = set()
+    for name, module in model.named_modules():
+        if not is_under(name, prefixes) or ".lora_" in name:
+            continue
+        if isinstance(module, nn.Linear) or (isinstance(module, nn.Conv2d) and module.groups == 1):
+            parent, _, leaf = name.rpartition(".")
+            names.add(parent.rpartition(".")[2] if leaf in _WRAPPERS else leaf)
+    return sorted(names)
+
+
+def check_model_settings(name: str, model: FederatedVLM, quantization: str, shared_head: bool,
+                         score_mode: str = "loss", *, adapter: str | None = None,
+                         vlm_layers: str = "language", max_new_tokens: int = 0, dtype: str = "auto",
+                         gradient_checkpointing: bool = False, lora_targets: tuple[str, ...] = (),
+                         num_blocks: int = NUM_BLOCKS, lora_rank: int = LORA_RANK) -> None:
+    """Refuse a setting ``model`` cannot honour instead of dropping it (issue 35), one line each.
+
+    * ``quantization``: only an image-text-to-text ``hf:<dir>`` checkpoint loads a 4-bit base
+      (`tasks.models.generative`), and a 4-bit base cannot be trained as adapter = "layer";
+    * ``head = "shared"``: a generator answers with its language head, it has no answer head;
+    * ``score-mode = "logit"``: a generator's logits are (n, T, vocabulary), the "logit" NTK of
+      Eq. 8 (`tasks.lntk`) takes one row per class of an (n, C) head;
+    * ``vlm-layers``, ``max-new-tokens``, ``dtype``, ``gradient-checkpointing``: only generators
+      (`GenerativeVLM`) split vision / language blocks, generate, cast the frozen base and
+      recompute activations; an encoder + head keeps float32 weights and its own forward;
+    * ``lora-targets``: every name must match a Linear of the selectable layers (a partial match
+      silently adapted fewer modules), and only adapter = "lora" without SIMA's gate honours it
+      (`tasks.mosaic.attach` adapts every Linear);
+    * ``num-blocks`` places PQ-LoRA only; ``lora-rank`` has no meaning for adapter = "layer".
+
+    ``adapter`` is the run's adapter (default: the one ``model`` carries, if any)."""
+    adapter = adapter or model.adapter
+    generative = model.generative
+    if quantization != "none" and adapter == "layer":
+        raise ValueError(f"quantization = {quantization!r} is not supported by model {name!r} with adapter = "
+                         "'layer': 4-bit weights cannot be trained; use adapter = 'lora' or "
+                         "quantization = 'none'")
+    if quantization != "none" and not (name.startswith("hf:") and generative):
+        raise ValueError(f"quantization = {quantization!r} is not supported by model {name!r}: only "
+                         "image-text-to-text hf:<dir> checkpoints load a 4-bit base; "
+                         "use quantization = 'none'")
+    if shared_head and not hasattr(model, "head"):
+        raise ValueError(f"head = 'shared' is not supported by model {name!r}: a generator has no answer "
+                         "head to share; use head = 'private'")
+    if score_mode == "logit" and generative:
+        raise ValueError(f"score-mode = 'logit' is not supported by model {name!r}: a generator's logits are "
+                         "per token over its vocabulary; use score-mode = 'loss' or 'paper'")
+    if not generative:
+        encoder = f"is not supported by model {name!r}: an encoder + answer head"
+        if vlm_layers != "language":
+            raise ValueError(f"vlm-layers = {vlm_layers!r} {encoder}'s selectable layers are its blocks, "
+                             "with no vision/language choice; use vlm-layers = 'language'")
+        if max_new_tokens != 0:
+            raise ValueError(f"max-new-tokens = {max_new_tokens!r} {encoder} generates no tokens; "
+                             "use max-new-tokens = 0")
+        if dtype not in ("auto", "float32"):
+            raise ValueError(f"dtype = {dtype!r} {encoder} keeps float32 weights; use dtype = 'auto' "
+                             "or 'float32'")
+        if gradient_checkpointing:
+            raise ValueError(f"gradient-checkpointing = True {encoder} runs its own forward without "
+                             "recomputation; use gradient-checkpointing = false")
+    _check_adapter_settings(name, model, adapter, lora_targets, num_blocks, lora_rank)
+
+
+def _check_adapter_settings(name: str, model: FederatedVLM, adapter: str, lora_targets: tuple[str, ...],
+                            num_blocks: int, lora_rank: int) -> None:
+    targets = ",".join(lora_targets)
+    if lora_targets and (adapter != "lora" or model.gated):
+        why = "SIMA's gated modules" if adapter == "lora" else f"adapter = {adapter!r}"
+        raise ValueError(f"lora-targets = {targets!r} is not supported by model {name!r} with {why}: it "
+                         "adapts every Linear of the selectable layers; use lora-targets = ''")
+    known = linear_names(model)
+    unknown = [t for t in lora_targets if t not in known]
+    if unknown:
+        raise ValueError(f"lora-targets = {targets!r} is not supported by model {name!r}: no Linear named "
+                         f"{', '.join(unknown)} in its selectable layers; use names among {', '.join(known)}")
+    if num_blocks != NUM_BLOCKS and adapter != "pq-lora":
+        raise ValueError(f"num-blocks = {num_blocks!r} is not supported by model {name!r} with adapter = "
+                         f"{adapter!r}: only pq-lora places blocks (FedMosaic Eq. 7); use num-blocks = "
+                         f"{NUM_BLOCKS}")
+    if lora_rank != LORA_RANK and adapter == "layer":
+        raise ValueError(f"lora-rank = {lora_rank!r} is not supported by model {name!r} with adapter = "
+                         f"'layer': it trains the layers' own weights; use lora-rank = {LORA_RANK}")
