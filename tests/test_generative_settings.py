@@ -16,7 +16,7 @@ from settings import ConfigError, RunConfig, default_config
 from tasks.models import check_model_settings
 from tasks.models.checks import LORA_RANK, NUM_BLOCKS
 from tasks.models.hf import tiny_vilt_config
-from tests.tiny_vlms import save_blip2, save_llava
+from tests.tiny_vlms import save_blip2, save_gemma3, save_llava
 
 GENERATORS = ("tiny-llava", "hf-generator", "blip2")
 CHECK_ONLY = ("minilm-effnet",)
@@ -181,3 +181,13 @@ def test_plan_run_refuses_before_round_1(model, key, value, tmp_path):
 def test_the_run_config_refuses_a_large_size_of_a_one_size_model():
     with pytest.raises(ConfigError, match="model-sizes = 'large' must list sizes among base"):
         RunConfig.from_mapping({**default_config(), "model": "tiny-llava", "model-sizes": "large"})
+
+
+def test_a_projector_without_linear_modules_is_not_a_selectable_layer(tmp_path):
+    """Gemma 3's projector is a bare weight (no Linear for LoRA): selecting it would spend a budget
+    slot on a layer that trains nothing, so vlm-layers = 'vision' offers only its vision blocks."""
+    model = tasks.build_model(f"hf:{save_gemma3(tmp_path / 'gemma3')}", 1, seed=0, vlm_layers="vision")
+    assert model.layer_names and not any("projector" in name for name in model.layer_names)
+    trained = {name for name in model.layer_names
+               if any(p.requires_grad for n, p in model.named_parameters() if n.startswith(name + "."))}
+    assert trained == set(model.layer_names)

@@ -30,7 +30,9 @@ whose ``config.json`` names an architecture that `transformers.AutoModelForImage
   sits in forward order between the vision blocks and ``language_projection``, so ``vision`` and
   ``both`` select its blocks too (LoRA on its self- and cross-attention and feed-forward Linears);
   ``language``, the default, adapts the LLM's decoder blocks as F3OCUS fine-tunes the LLM layers
-  (§6, supplement Table 1).
+  (§6, supplement Table 1). A projector without Linear modules (Gemma 3's bare
+  ``mm_input_projection_weight``) has nothing for LoRA to adapt and is not a selectable layer, so
+  no budget is spent on a layer that trains nothing.
 
 `embed` hands the processor's tensors through and `forward_embedded` runs the whole model to
 token logits, so training, LNTK scoring (per-sample answer-token losses, tasks/lntk.py) and the
@@ -128,7 +130,8 @@ class GenerativeVLM(FederatedVLM):
             bridge = _first_named(backbone, BRIDGES)
             front = _blocks_under(vision[1], f"backbone.{vision[0]}")
             front += _blocks_under(bridge[1], f"backbone.{bridge[0]}") if bridge is not None else []
-            front += [f"backbone.{projector[0]}"] if projector is not None else []
+            if projector is not None and any(isinstance(m, nn.Linear) for m in projector[1].modules()):
+                front.append(f"backbone.{projector[0]}")  # Gemma 3's bare projection weight has no Linear
             layers = front + (layers if vlm_layers == "both" else [])
         self.layer_names = layers
         self.layer_prefixes = [(name,) for name in layers]
