@@ -50,6 +50,7 @@ def main(experiment: str, out: str | None = None) -> None:
                 print(f"seed 0 round {rnd}: similarity\n{sim}\nweights (tau {TAU})\n{w}")
             cross = (group[:, None] != group[None, :])
             rows.append({"seed": seed, "round": rnd, "same-group-weight": round(float(np.mean(pair)), 4),
+                         "per-client": " ".join(f"{v:.3f}" for v in pair),
                          "same-group-cos": round(float(sim[block].mean()), 4),
                          "cross-group-cos": round(float(sim[cross].mean()), 4),
                          "self-accuracy": _accuracy(got, ""), "others-accuracy": _accuracy(got, "others-")})
