@@ -26,6 +26,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING
 
 import torch
+from torch import nn
 from transformers import AutoConfig, AutoModel, AutoTokenizer, PreTrainedModel, ViltConfig, ViltModel
 
 from tasks.models.base import FederatedVLM, additive_mask, find_blocks, images_to_tensor
@@ -153,9 +154,14 @@ def build_tiny_vilt(num_outputs: int, task: str, large: bool = False) -> ViltVLM
     return ViltVLM(ViltModel(tiny_vilt_config(large)), num_outputs, task, minilm_tokenizer(), None)
 
 
-def build_hf(directory: str, num_outputs: int, task: str, **generative) -> FederatedVLM:
+def build_hf(directory: str, num_outputs: int, task: str, base_weights: bool = True,
+             **generative) -> FederatedVLM:
     """The checkpoint in ``directory``: a generator (`tasks.models.generative`, with the
-    ``generative`` settings) if its architecture is image-text-to-text, else an encoder + head."""
+    ``generative`` settings) if its architecture is image-text-to-text, else an encoder + head.
+
+    ``base_weights=False`` is the coordinator's build (issue 35): the backbone comes from
+    ``config.json`` alone (`skeleton`), no weight file, tokenizer or processor is read, so only
+    the adapters and the head injected afterwards hold memory."""
     path = Path(directory).expanduser()
     if not path.is_dir():
         raise FileNotFoundError(f"hf model directory not found: {directory!r}")
@@ -163,9 +169,13 @@ def build_hf(directory: str, num_outputs: int, task: str, **generative) -> Feder
         raise FileNotFoundError(f"hf model directory {directory!r} has no config.json")
     from tasks.models.generative import build_generative, generative_architecture
 
-    architecture = generative_architecture(AutoConfig.from_pretrained(str(path)))
+    config = AutoConfig.from_pretrained(str(path))
+    architecture = generative_architecture(config)
     if architecture is not None:
-        return build_generative(path, architecture, **generative)
+        return build_generative(path, architecture, base_weights=base_weights, **generative)
+    if not base_weights:
+        return (ViltVLM if config.model_type == "vilt" else GenericHFVLM)(
+            skeleton(AutoModel, config), num_outputs, task, None, path)
     with quiet_transformers():
         backbone = AutoModel.from_pretrained(str(path))
     if any((path / f).is_file() for f in _TOKENIZER_FILES):
@@ -180,6 +190,27 @@ def build_hf(directory: str, num_outputs: int, task: str, **generative) -> Feder
         )
     cls = ViltVLM if backbone.config.model_type == "vilt" else GenericHFVLM
     return cls(backbone, num_outputs, task, tokenizer, path)
+
+
+def skeleton(auto_class, config, dtype: torch.dtype = torch.float32) -> PreTrainedModel:
+    """``auto_class``'s model of ``config`` without its weights: built on the meta device (nothing
+    allocated, no init drawn from the torch RNG), then every parameter and buffer becomes a
+    zero-stride view of one ``dtype`` element on the CPU. The module tree, names and shapes are the
+    checkpoint's, so layer discovery and adapter injection (peft moves LoRA to its base layer's
+    device) run unchanged on real CPU tensors, while the base costs a few bytes per tensor."""
+    with torch.device("meta"), quiet_transformers():
+        model = auto_class.from_config(config, dtype=dtype)
+    for module in model.modules():
+        for name, param in module.named_parameters(recurse=False):
+            module._parameters[name] = nn.Parameter(_placeholder(param.shape, dtype), requires_grad=False)
+        for name, buffer in module.named_buffers(recurse=False):
+            module._buffers[name] = _placeholder(buffer.shape, buffer.dtype)
+    return model
+
+
+def _placeholder(shape: torch.Size, dtype: torch.dtype) -> torch.Tensor:
+    """A CPU tensor of ``shape`` whose entries all view one zero element: no memory per entry."""
+    return torch.zeros((), dtype=dtype).expand(shape)
 
 
 def _text_config(config):
