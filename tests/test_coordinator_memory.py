@@ -1,7 +1,7 @@
 """Issue 35 item 3: the coordinator never materialises the base weights.
 
 The server's build (`RunConfig.model_kwargs(client=False)`: ``base_weights=False``) reads an
-``hf:<dir>`` checkpoint's config.json only (`tasks.models.hf.skeleton`), yet its layer names and
+``hf:<dir>`` checkpoint's config.json only (`tasks.models.skeleton`), yet its layer names and
 initial shared state (LoRA A/B, PQ-LoRA P/Q, SIMA's local branches, a shared head) must equal a
 full build's bit for bit: every client starts from them. The memory test saves a LLaVA whose
 checkpoint is ~100x its adapters and measures the server's peak resident memory in a subprocess.

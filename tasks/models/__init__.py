@@ -69,7 +69,7 @@ def build_model(
     answer head shared state (every client trains it, the server aggregates it).
 
     ``base_weights=False`` is the coordinator's build (issue 35): an ``hf:<dir>`` backbone is read
-    from its ``config.json`` only, as weightless placeholders (`tasks.models.hf.skeleton`), while
+    from its ``config.json`` only, as weightless placeholders (`tasks.models.skeleton`), while
     the adapters and head are drawn exactly as here, so layer names and the initial shared state
     equal a full build's. It cannot serve ``adapter = "layer"`` (the trainable units are the
     checkpoint's own weights) or a ``large`` PQ-LoRA model (aligned by running the base), which

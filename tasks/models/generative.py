@@ -319,13 +319,13 @@ def build_generative(path: Path, architecture: str, *, vlm_layers: str = "langua
                      device: str = "cpu", base_weights: bool = True) -> GenerativeVLM:
     """Load an image-text-to-text checkpoint and its processor from ``path``; with
     ``base_weights=False`` (the coordinator, issue 35) only its ``config.json`` is read and the
-    backbone is a weightless `tasks.models.hf.skeleton` with `NO_PROCESSOR`."""
+    backbone is a weightless `tasks.models.skeleton` with `NO_PROCESSOR`."""
     from transformers import AutoConfig, AutoModelForImageTextToText
 
     from tasks.models.minilm_effnet import quiet_transformers
 
     if not base_weights:
-        from tasks.models.hf import skeleton
+        from tasks.models.skeleton import skeleton
 
         backbone = skeleton(AutoModelForImageTextToText, AutoConfig.from_pretrained(str(path)), dtype)
         return finish(GenerativeVLM(backbone, NO_PROCESSOR, vlm_layers, max_new_tokens), False)

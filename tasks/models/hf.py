@@ -26,11 +26,11 @@ from pathlib import Path
 from typing import TYPE_CHECKING
 
 import torch
-from torch import nn
 from transformers import AutoConfig, AutoModel, AutoTokenizer, PreTrainedModel, ViltConfig, ViltModel
 
 from tasks.models.base import FederatedVLM, additive_mask, find_blocks, images_to_tensor
 from tasks.models.minilm_effnet import minilm_tokenizer, quiet_transformers, tokenize
+from tasks.models.skeleton import skeleton
 
 if TYPE_CHECKING:
     from tasks.data import Sample
@@ -160,7 +160,7 @@ def build_hf(directory: str, num_outputs: int, task: str, base_weights: bool = T
     ``generative`` settings) if its architecture is image-text-to-text, else an encoder + head.
 
     ``base_weights=False`` is the coordinator's build (issue 35): the backbone comes from
-    ``config.json`` alone (`skeleton`), no weight file, tokenizer or processor is read, so only
+    ``config.json`` alone (`tasks.models.skeleton`), no weight file, tokenizer or processor is read, so only
     the adapters and the head injected afterwards hold memory."""
     path = Path(directory).expanduser()
     if not path.is_dir():
@@ -190,27 +190,6 @@ def build_hf(directory: str, num_outputs: int, task: str, base_weights: bool = T
         )
     cls = ViltVLM if backbone.config.model_type == "vilt" else GenericHFVLM
     return cls(backbone, num_outputs, task, tokenizer, path)
-
-
-def skeleton(auto_class, config, dtype: torch.dtype = torch.float32) -> PreTrainedModel:
-    """``auto_class``'s model of ``config`` without its weights: built on the meta device (nothing
-    allocated, no init drawn from the torch RNG), then every parameter and buffer becomes a
-    zero-stride view of one ``dtype`` element on the CPU. The module tree, names and shapes are the
-    checkpoint's, so layer discovery and adapter injection (peft moves LoRA to its base layer's
-    device) run unchanged on real CPU tensors, while the base costs a few bytes per tensor."""
-    with torch.device("meta"), quiet_transformers():
-        model = auto_class.from_config(config, dtype=dtype)
-    for module in model.modules():
-        for name, param in module.named_parameters(recurse=False):
-            module._parameters[name] = nn.Parameter(_placeholder(param.shape, dtype), requires_grad=False)
-        for name, buffer in module.named_buffers(recurse=False):
-            module._buffers[name] = _placeholder(buffer.shape, buffer.dtype)
-    return model
-
-
-def _placeholder(shape: torch.Size, dtype: torch.dtype) -> torch.Tensor:
-    """A CPU tensor of ``shape`` whose entries all view one zero element: no memory per entry."""
-    return torch.zeros((), dtype=dtype).expand(shape)
 
 
 def _text_config(config):
