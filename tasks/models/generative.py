@@ -318,14 +318,18 @@ def build_generative(path: Path, architecture: str, *, vlm_layers: str = "langua
                      quantization: str = "none", gradient_checkpointing: bool = False,
                      device: str = "cpu", base_weights: bool = True) -> GenerativeVLM:
     """Load an image-text-to-text checkpoint and its processor from ``path``; with
-    ``base_weights=False`` (the coordinator, issue 35) only its ``config.json`` is read and the
-    backbone is a weightless `tasks.models.skeleton` with `NO_PROCESSOR`."""
+    ``base_weights=False`` (the coordinator, issue 35) no weight is read: the backbone is a
+    weightless `tasks.models.skeleton` of ``config.json`` with `NO_PROCESSOR`, and the processor is
+    only checked where the folder holds the weights too."""
     from transformers import AutoConfig, AutoModelForImageTextToText
 
     from tasks.models.minilm_effnet import quiet_transformers
 
     if not base_weights:
         from tasks.models.skeleton import skeleton
+
+        if holds_weights(path):  # a site's complete folder (e.g. a simulation's): refuse a missing or
+            load_processor(path, architecture)  # unloadable processor before round 1, not on the sites
 
         backbone = skeleton(AutoModelForImageTextToText, AutoConfig.from_pretrained(str(path)), dtype)
         return finish(GenerativeVLM(backbone, NO_PROCESSOR, vlm_layers, max_new_tokens), False)
@@ -336,6 +340,11 @@ def build_generative(path: Path, architecture: str, *, vlm_layers: str = "langua
     with quiet_transformers():
         backbone = AutoModelForImageTextToText.from_pretrained(str(path), **kwargs)
     return finish(GenerativeVLM(backbone, processor, vlm_layers, max_new_tokens), gradient_checkpointing)
+
+
+def holds_weights(path: Path) -> bool:
+    """Whether ``path`` holds a checkpoint's weight files, not only the coordinator's config.json."""
+    return any(any(path.glob(pattern)) for pattern in ("*.safetensors", "pytorch_model*.bin"))
 
 
 def finish(model: GenerativeVLM, gradient_checkpointing: bool) -> GenerativeVLM:
