@@ -205,8 +205,9 @@ class RunConfig:
 
     def model_kwargs(self, device: str = "cpu", client: bool = True) -> dict[str, object]:
         """`tasks.build_model` keywords of this run's model settings on ``device`` (resolved).
-        The server's model (``client=False``) is float32 and unquantised: it only reads the layer
-        names and the initial adapters, which are float32 whatever the clients' base dtype."""
+        The server's model (``client=False``) is float32, unquantised and without base weights
+        (``base_weights=False``): it only reads the layer names and the initial adapters, which are
+        float32 whatever the clients' base dtype, so an ``hf:<dir>`` needs only its config.json there."""
         from tasks.device import resolve_dtype  # torch: only where a model is built
 
         return {"lora_targets": tuple(t.strip() for t in self.lora_targets.split(",") if t.strip()),
@@ -214,7 +215,7 @@ class RunConfig:
                 "dtype": resolve_dtype(self.dtype, device) if client else "float32",
                 "quantization": self.quantization if client else "none",
                 "gradient_checkpointing": self.gradient_checkpointing, "device": device,
-                "shared_head": self.head == "shared"}
+                "shared_head": self.head == "shared", "base_weights": client}
 
     def to_dict(self) -> dict[str, object]:
         return {f.name.replace("_", "-"): getattr(self, f.name) for f in fields(self)}

@@ -33,6 +33,7 @@ def build_model(
     gradient_checkpointing: bool = False,
     device: str = "cpu",
     shared_head: bool = False,
+    base_weights: bool = True,
 ) -> FederatedVLM:
     """Build a model, deterministic for `seed`: random backbone parts (tiny-vilt), the adapters
     and the personal head/projection are drawn from seeded generators, so every client and the
@@ -47,7 +48,14 @@ def build_model(
     (`tasks.models.generative`: ``tiny-llava``, an image-text-to-text ``hf:<dir>``) also take
     ``vlm_layers``, ``max_new_tokens``, the frozen weights' ``dtype``, a 4-bit base
     (``quantization``, on CUDA ``device``) and ``gradient_checkpointing``. ``shared_head`` makes the
-    answer head shared state (every client trains it, the server aggregates it)."""
+    answer head shared state (every client trains it, the server aggregates it).
+
+    ``base_weights=False`` is the coordinator's build (issue 35): an ``hf:<dir>`` backbone is read
+    from its ``config.json`` only, as weightless placeholders (`tasks.models.skeleton`), while
+    the adapters and head are drawn exactly as here, so layer names and the initial shared state
+    equal a full build's. It cannot serve ``adapter = "layer"`` (the trainable units are the
+    checkpoint's own weights) or a ``large`` PQ-LoRA model (aligned by running the base), which
+    load the weights; the built-in models are small and always do."""
     from tasks.adapters import ADAPTERS, apply_adapter
 
     if not isinstance(name, str) or not (name in MODELS[:-1] or name.startswith("hf:")):
@@ -84,7 +92,8 @@ def build_model(
         else:
             from tasks.models.hf import build_hf
 
-            model = build_hf(name[3:], num_outputs, task, **generative)
+            model = build_hf(name[3:], num_outputs, task, base_weights or adapter == "layer" or large,
+                             **generative)
         if model.generative and task != "vqa":
             raise ValueError(f"model {name!r} generates answers: it takes VQA data sets, not task {task!r}")
         check_model_settings(name, model, quantization, shared_head)

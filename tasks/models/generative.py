@@ -48,6 +48,7 @@ from collections.abc import Sequence
 from contextlib import contextmanager
 from functools import cached_property
 from pathlib import Path
+from types import SimpleNamespace
 from typing import TYPE_CHECKING
 
 import numpy as np
@@ -355,15 +356,31 @@ def load_processor(path: Path, architecture: str):
                          f"loaded ({type(err).__name__}: {str(err).splitlines()[0][:160]}){hint}") from None
 
 
+# The coordinator's stand-in processor (``base_weights=False``): it names layers and injects
+# adapters but never tokenises, so it reads no tokenizer or processor files.
+NO_PROCESSOR = SimpleNamespace(tokenizer=None, chat_template=None)
+
+
 def build_generative(path: Path, architecture: str, *, vlm_layers: str = "language",
                      max_new_tokens: int = 0, dtype: torch.dtype = torch.float32,
                      quantization: str = "none", gradient_checkpointing: bool = False,
-                     device: str = "cpu") -> GenerativeVLM:
-    """Load an image-text-to-text checkpoint and its processor from ``path``."""
-    from transformers import AutoModelForImageTextToText
+                     device: str = "cpu", base_weights: bool = True) -> GenerativeVLM:
+    """Load an image-text-to-text checkpoint and its processor from ``path``; with
+    ``base_weights=False`` (the coordinator, issue 35) no weight is read: the backbone is a
+    weightless `tasks.models.skeleton` of ``config.json`` with `NO_PROCESSOR`, and the processor is
+    only checked where the folder holds the weights too."""
+    from transformers import AutoConfig, AutoModelForImageTextToText
 
     from tasks.models.minilm_effnet import quiet_transformers
 
+    if not base_weights:
+        from tasks.models.skeleton import skeleton
+
+        if holds_weights(path):  # a site's complete folder (e.g. a simulation's): refuse a missing or
+            load_processor(path, architecture)  # unloadable processor before round 1, not on the sites
+
+        backbone = skeleton(AutoModelForImageTextToText, AutoConfig.from_pretrained(str(path)), dtype)
+        return finish(GenerativeVLM(backbone, NO_PROCESSOR, vlm_layers, max_new_tokens), False)
     processor = load_processor(path, architecture)
     kwargs: dict = {"dtype": dtype}
     if quantization == "4bit":
@@ -371,6 +388,11 @@ def build_generative(path: Path, architecture: str, *, vlm_layers: str = "langua
     with quiet_transformers():
         backbone = AutoModelForImageTextToText.from_pretrained(str(path), **kwargs)
     return finish(GenerativeVLM(backbone, processor, vlm_layers, max_new_tokens), gradient_checkpointing)
+
+
+def holds_weights(path: Path) -> bool:
+    """Whether ``path`` holds a checkpoint's weight files, not only the coordinator's config.json."""
+    return any(any(path.glob(pattern)) for pattern in ("*.safetensors", "pytorch_model*.bin"))
 
 
 def finish(model: GenerativeVLM, gradient_checkpointing: bool) -> GenerativeVLM:

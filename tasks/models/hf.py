@@ -30,6 +30,7 @@ from transformers import AutoConfig, AutoModel, AutoTokenizer, PreTrainedModel, 
 
 from tasks.models.base import FederatedVLM, additive_mask, find_blocks, images_to_tensor
 from tasks.models.minilm_effnet import minilm_tokenizer, quiet_transformers, tokenize
+from tasks.models.skeleton import skeleton
 
 if TYPE_CHECKING:
     from tasks.data import Sample
@@ -153,9 +154,14 @@ def build_tiny_vilt(num_outputs: int, task: str, large: bool = False) -> ViltVLM
     return ViltVLM(ViltModel(tiny_vilt_config(large)), num_outputs, task, minilm_tokenizer(), None)
 
 
-def build_hf(directory: str, num_outputs: int, task: str, **generative) -> FederatedVLM:
+def build_hf(directory: str, num_outputs: int, task: str, base_weights: bool = True,
+             **generative) -> FederatedVLM:
     """The checkpoint in ``directory``: a generator (`tasks.models.generative`, with the
-    ``generative`` settings) if its architecture is image-text-to-text, else an encoder + head."""
+    ``generative`` settings) if its architecture is image-text-to-text, else an encoder + head.
+
+    ``base_weights=False`` is the coordinator's build (issue 35): the backbone comes from
+    ``config.json`` alone (`tasks.models.skeleton`), no weight file, tokenizer or processor is read, so only
+    the adapters and the head injected afterwards hold memory."""
     path = Path(directory).expanduser()
     if not path.is_dir():
         raise FileNotFoundError(f"hf model directory not found: {directory!r}")
@@ -163,9 +169,13 @@ def build_hf(directory: str, num_outputs: int, task: str, **generative) -> Feder
         raise FileNotFoundError(f"hf model directory {directory!r} has no config.json")
     from tasks.models.generative import build_generative, generative_architecture
 
-    architecture = generative_architecture(AutoConfig.from_pretrained(str(path)))
+    config = AutoConfig.from_pretrained(str(path))
+    architecture = generative_architecture(config)
     if architecture is not None:
-        return build_generative(path, architecture, **generative)
+        return build_generative(path, architecture, base_weights=base_weights, **generative)
+    if not base_weights:
+        return (ViltVLM if config.model_type == "vilt" else GenericHFVLM)(
+            skeleton(AutoModel, config), num_outputs, task, None, path)
     with quiet_transformers():
         backbone = AutoModel.from_pretrained(str(path))
     if any((path / f).is_file() for f in _TOKENIZER_FILES):
