@@ -150,6 +150,22 @@ def _vs_fedavg(method: str) -> tuple[float, float, float]:
     return interval("bench-agg/vs-fedavg.csv", AGC.format(method), AGC.format("fedavg"))
 
 
+TYPES = "bench-agg/types-vs-fedavg.csv"
+
+
+def _types() -> list[float]:
+    """SIMA on conf/bench-agg-types.toml: mean same-group weight, SIMA − FedAvg, oracle − SIMA."""
+    weight = sum(column("bench-agg/sima-types-weights.csv", "same-group-weight"))
+    weight /= len(rows("bench-agg/sima-types-weights.csv"))
+
+    def diffs(method: str) -> list[float]:
+        return [float(r["difference"]) for r in rows(TYPES)
+                if (r["row"], r["metric"]) == (f"bench-aggt-{method}/all", "overall")]
+
+    mean, low, high = paired_interval(diffs("oracle"), diffs("sima"))
+    return [weight, *interval(TYPES, "bench-aggt-sima/all", "bench-aggt-fedavg/all"), mean, -high, -low]
+
+
 def _range(*names: str) -> list[float]:
     values = [v for name in names
               for v in column(name, "overall" if "optimizers" in name else "overall_mean")]
@@ -209,6 +225,9 @@ CHECKS: tuple[Check, ...] = (
           lambda: _vs_fedavg("sima")),
     Check("is below it ({}, [{}, {}]) at half the uplink", ("bench-agg/vs-fedavg.csv",),
           lambda: _vs_fedavg("sima-pq")),
+    Check("SIMA gives a client's group partner {} of the weight (uniform: 0.2) and gains {} pp [{}, {}] "
+          "over FedAvg, {} pp [{}, {}] below the group oracle", (TYPES, "bench-agg/sima-types-weights.csv"),
+          _types),
     Check("bench-agg.md, 5 seeds: FedAvg − local {} pp with it", NO_CONFLICT[:1],
           lambda: interval(*NO_CONFLICT)[:1]),
     Check("The whole sweep, {} runs, took {} h on 2 cores", ("bench-yesno/sweep_time.csv", "README.md"),
