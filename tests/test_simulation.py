@@ -1,8 +1,8 @@
 """End to end through Flower's Simulation Engine (Ray): tiny-vilt on synthetic data, 3 clients
 (with a 4-entry budget list, of which the first 3 are used). Ray's own processes of that run are
 watched too: they must bind 127.0.0.1 only. Ray gets one CPU, so one client actor serves the three
-clients in turn: a second actor would cost its own torch import and model build (about 7 s of CPU)
-and, on 2 cores shared with the suite's other worker, save no time."""
+clients in turn: a second actor would cost its own torch import and model build and, on 2 cores
+shared with the suite's other worker, save no time."""
 
 from __future__ import annotations
 
