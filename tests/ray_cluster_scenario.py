@@ -106,8 +106,10 @@ def main(out: Path) -> None:
                                    limit=1000))
 
         record["actors_before_local"] = client_actors()
-        record["local"] = run([*simulate, "--client-cpus", "1", "--run-config",
-                               f"{JOB} results-dir='{results}' run-name='local'"], env)
+        # one round on one CPU (one client actor, not two): what is checked is where the run's Ray is
+        local_job = JOB.replace("num-server-rounds=2", "num-server-rounds=1")
+        record["local"] = run([*simulate, "--cpus", "1", "--client-cpus", "1", "--run-config",
+                               f"{local_job} results-dir='{results}' run-name='local'"], env)
         record["actors_after_local"] = client_actors()
     finally:
         sessions = {p.pid for p in starters}  # each `ray start` led its own session
