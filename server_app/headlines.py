@@ -221,7 +221,7 @@ CHECKS: tuple[Check, ...] = (
           lambda: [-interval("bench-agg/vs-local.csv", AGC.format("fedavg"), AGC.format("local"))[0]]),
     Check("(the group oracle) gains {} pp [{}, {}] over FedAvg", ("bench-agg/vs-fedavg.csv",),
           lambda: _vs_fedavg("oracle")),
-    Check("SIMA is not distinguishable from FedAvg ({}, [{}, {}];", ("bench-agg/vs-fedavg.csv",),
+    Check("SIMA is not distinguishable from FedAvg ({}, [{}, {}],", ("bench-agg/vs-fedavg.csv",),
           lambda: _vs_fedavg("sima")),
     Check("is below it ({}, [{}, {}]) at half the uplink", ("bench-agg/vs-fedavg.csv",),
           lambda: _vs_fedavg("sima-pq")),
