@@ -19,5 +19,5 @@ x $R/task2-hetero/optimizers.md $R/task2-hetero/optimizers.csv
 x $R/sensitivity.md $R/sensitivity/screening.csv --section "Screening"
 x $R/README.md $R/bench-yesno-budget/budget_sweep.csv --section "Budget sweep" --table 0
 x $R/sensitivity-aggregation.md $R/sensitivity-aggregation/paired.csv --section "Results" --table 1
-python -m server_app.paired --redraw $R/bench-agg/vs-fedavg.csv $R/bench-agg/vs-local.csv
+python -m server_app.paired --redraw $R/bench-agg/vs-fedavg.csv $R/bench-agg/vs-local.csv $R/bench-agg/types-vs-fedavg.csv
 python -m server_app.budget_sweep --redraw $R/bench-yesno-budget/budget_sweep.csv
