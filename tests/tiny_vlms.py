@@ -172,7 +172,9 @@ GEMMA3_TEMPLATE = (
 
 def save_gemma3(path: Path) -> Path:
     """A tiny Gemma 3 (SigLIP vision, pooled to 4 image tokens, Gemma 3 decoder): its image tokens
-    have token type 1 and attend each other bidirectionally; its turns end with <end_of_turn>."""
+    have token type 1 and attend each other bidirectionally; its turns end with <end_of_turn>. Its
+    projection weight is drawn at random (transformers initialises it to zeros), so the logits
+    depend on the image."""
     from transformers import (
         Gemma3Config,
         Gemma3ForConditionalGeneration,
@@ -194,7 +196,10 @@ def save_gemma3(path: Path) -> Path:
                           mm_tokens_per_image=4, image_token_id=tok.image_token_id,
                           boi_token_id=tok.boi_token_id,
                           eoi_token_id=tok.convert_tokens_to_ids("<end_of_image>"))
-    Gemma3ForConditionalGeneration(config).save_pretrained(path)
+    model = Gemma3ForConditionalGeneration(config)
+    with torch.no_grad():  # initialised to zeros: the image would reach the decoder as zeros
+        model.model.multi_modal_projector.mm_input_projection_weight.normal_(0, 0.2)
+    model.save_pretrained(path)
     processor.save_pretrained(path)
     return path
 
