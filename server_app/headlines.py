@@ -155,15 +155,15 @@ TYPES = "bench-agg/types-vs-fedavg.csv"
 
 def _types() -> list[float]:
     """SIMA on conf/bench-agg-types.toml: mean same-group weight, SIMA − FedAvg, oracle − SIMA."""
-    weight = sum(column("bench-agg/sima-types-weights.csv", "same-group-weight"))
-    weight /= len(rows("bench-agg/sima-types-weights.csv"))
+    weights = column("bench-agg/sima-types-weights.csv", "same-group-weight")
 
     def diffs(method: str) -> list[float]:
         return [float(r["difference"]) for r in rows(TYPES)
                 if (r["row"], r["metric"]) == (f"bench-aggt-{method}/all", "overall")]
 
     mean, low, high = paired_interval(diffs("oracle"), diffs("sima"))
-    return [weight, *interval(TYPES, "bench-aggt-sima/all", "bench-aggt-fedavg/all"), mean, -high, -low]
+    gain = interval(TYPES, "bench-aggt-sima/all", "bench-aggt-fedavg/all")
+    return [sum(weights) / len(weights), *gain, mean, -high, -low]
 
 
 def _range(*names: str) -> list[float]:
