@@ -14,6 +14,7 @@
 
 from __future__ import annotations
 
+from dataclasses import replace
 from functools import lru_cache
 
 import numpy as np
@@ -25,10 +26,8 @@ from tasks.names import MODEL_SIZES, SIMA_VECTOR
 
 
 @lru_cache(maxsize=1)
-def _frozen(name: str, num_outputs: int, task: str, seed: int, device: str,
-            options: tuple[tuple[str, object], ...] = ()) -> tasks.FederatedVLM:
-    model = tasks.build_model(name, num_outputs, task=task, adapter="layer", seed=seed,
-                              **dict(options)).to(device)
+def _frozen(spec: tasks.ModelSpec, num_outputs: int, task: str) -> tasks.FederatedVLM:
+    model = tasks.build_model(replace(spec, adapter="layer", gated=False), num_outputs, task).to(spec.device)
     model.requires_grad_(False)
     return model
 
@@ -38,8 +37,7 @@ def sima_tracker(setup: ClientSetup, stored: dict[str, np.ndarray]) -> SimaTrack
     config = setup.config
     if config.aggregation != "sima":
         return None
-    frozen = _frozen(config.model, len(setup.partition.labels), setup.partition.task, config.seed,
-                     setup.device, tuple(config.model_kwargs(setup.device).items()))
+    frozen = _frozen(config.model_spec(setup.device), len(setup.partition.labels), setup.partition.task)
     frozen.answers = setup.model.answers
     return SimaTracker(frozen, ema=config.sima_ema, freq=config.sima_freq, previous=stored.get(SIMA_VECTOR))
 

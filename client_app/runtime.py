@@ -73,12 +73,9 @@ def client_partition(config: RunConfig, dataset: str, pid: int, num: int, state_
 
 
 @lru_cache(maxsize=2)
-def _model(name: str, num_outputs: int, task: str, adapter: str, rank: int, seed: int,
-           device: str, size: str = "base", gated: bool = False, num_blocks: int = 4,
-           options: tuple[tuple[str, object], ...] = ()) -> tuple[tasks.FederatedVLM, dict[str, np.ndarray]]:
-    model = tasks.build_model(name, num_outputs, task=task, adapter=adapter, lora_rank=rank,
-                              seed=seed, size=size, gated=gated, num_blocks=num_blocks,
-                              **dict(options)).to(device)
+def _model(spec: tasks.ModelSpec, num_outputs: int, task: str
+           ) -> tuple[tasks.FederatedVLM, dict[str, np.ndarray]]:
+    model = tasks.build_model(spec, num_outputs, task).to(spec.device)
     return model, tasks.get_personal_state(model)
 
 
@@ -93,10 +90,8 @@ def client_setup(context: Context) -> ClientSetup:
     except (ValueError, OSError) as err:  # e.g. a partition left without samples, a bad file
         raise ConfigError(f"dataset = {node.dataset!r} cannot be loaded on this node: {err}") from None
     try:
-        model, initial = _model(config.model, len(partition.labels), partition.task, config.adapter,
-                                config.lora_rank, config.seed, node.device, node.model_size,
-                                config.aggregation == "sima", config.num_blocks,
-                                tuple(config.model_kwargs(node.device).items()))
+        model, initial = _model(config.model_spec(node.device, size=node.model_size), len(partition.labels),
+                                partition.task)
     except (ValueError, OSError) as err:
         raise ConfigError(f"model = {config.model!r} cannot be built on this node: {err}") from None
     model.answers = tuple(partition.labels)  # a generator writes and scores answers as text

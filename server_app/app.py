@@ -56,15 +56,12 @@ def plan_run(config: RunConfig) -> RunPlan:
 
     Budgets are indexed by partition id and cycled (`settings.budgets`), so any number of
     clients is fine; on the Deployment Engine sites may declare ``layer-budget`` themselves.
-    The model is built without its base weights (``model_kwargs(client=False)``, issue 35): an
+    The model is built without its base weights (``model_spec(client=False)``, issue 35): an
     ``hf:<dir>`` needs only its config.json here, and the server holds no more than the adapters.
     """
     check_model_here(config.model)
     try:
-        model = tasks.build_model(config.model, answer_count(config), adapter=config.adapter,
-                                  lora_rank=config.lora_rank, seed=config.seed,
-                                  gated=config.aggregation == "sima", num_blocks=config.num_blocks,
-                                  **config.model_kwargs(client=False))
+        model = tasks.build_model(config.model_spec(client=False), answer_count(config))
         # the server's model is unquantised and weightless: check the clients' settings against it here
         from tasks.models import check_model_settings  # torch: only once a model is built
 

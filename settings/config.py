@@ -10,17 +10,19 @@ from __future__ import annotations
 
 import re
 import tomllib
-from collections.abc import Mapping, Sequence
+from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, fields
 from pathlib import Path
 
 from metaheuristics.names import SEARCHES
 from settings.budgets import parse_budgets
 from settings.errors import ConfigError
+from tasks.data import registry as data_registry
 from tasks.data.mixed import PREFIX as MIXED_PREFIX
 from tasks.data.mixed import parse_mixed
 from tasks.data.partition import parse_partitioner
-from tasks.names import DATASETS, DTYPES, MODEL_SIZES, MODELS
+from tasks.models import registry as model_registry
+from tasks.names import ADAPTERS, DTYPES, VLM_LAYERS, parse_name
 
 PROJECT_ROOT = Path(__file__).resolve().parent.parent
 OPTIMIZERS = SEARCHES  # the optimising algorithms, not the references (topk, random, last)
@@ -38,9 +40,9 @@ CHOICES = {
     "fedpia-client-cost": ("activation", "weight"),
     "optimizer": OPTIMIZERS,
     "optimizer-pick": ("weighted", "knee"),
-    "adapter": ("lora", "layer", "pq-lora"),
+    "adapter": ADAPTERS,
     "score-mode": ("loss", "logit", "paper"),
-    "vlm-layers": ("language", "vision", "both"),
+    "vlm-layers": VLM_LAYERS,
     "dtype": DTYPES,
     "quantization": ("none", "4bit"),
     "head": ("private", "shared"),
@@ -63,13 +65,13 @@ DEVICES = ("auto", "cpu", "cuda", "cuda:<i>", "mps")
 _DEVICE = re.compile(r"auto|cpu|mps|cuda(:\d+)?")
 
 
-def _named(value: str, names: tuple[str, ...]) -> bool:
+def _named(value: str, names: Iterable[str]) -> bool:
     """Is `value` one of `names`, where ``"prefix:<arg>"`` stands for any non-empty argument?"""
-    for name in names:
-        prefix, sep, _ = name.partition("<")
-        if value == name if not sep else (value.startswith(prefix) and len(value) > len(prefix)):
-            return True
-    return False
+    try:
+        parse_name(value, names, "name")
+    except ValueError:
+        return False
+    return True
 
 
 def check_dataset(value: str, key: str = "dataset") -> None:
@@ -79,13 +81,13 @@ def check_dataset(value: str, key: str = "dataset") -> None:
             parts = parse_mixed(value)
         except ValueError as err:
             raise ConfigError(str(err)) from None
-        plain = tuple(d for d in DATASETS if not d.startswith(MIXED_PREFIX))
+        plain = tuple(d for d in data_registry.REGISTRY if not d.startswith(MIXED_PREFIX))
         bad = [p for p in parts if not _named(p, plain)]
         if bad:
             raise ConfigError(f"{key} = {bad[0]!r} is unknown (a component of {value!r}); choose "
                               f"among {', '.join(plain)}")
-    elif not _named(value, DATASETS):
-        raise ConfigError(f"{key} = {value!r} is unknown; choose one of {', '.join(DATASETS)}")
+    elif not _named(value, data_registry.REGISTRY):
+        raise ConfigError(f"{key} = {value!r} is unknown; choose one of {', '.join(data_registry.REGISTRY)}")
 
 
 def check_device_name(value: str, key: str = "device") -> None:
@@ -182,8 +184,9 @@ class RunConfig:
         except ValueError as err:
             detail = str(err).removesuffix(f" in partitioner {self.partitioner!r}")
             raise ConfigError(f"partitioner = {self.partitioner!r}: {detail}") from None
-        if not _named(self.model, MODELS):
-            raise ConfigError(f"model = {self.model!r} is unknown; choose one of {', '.join(MODELS)}")
+        if not _named(self.model, model_registry.REGISTRY):
+            raise ConfigError(f"model = {self.model!r} is unknown; choose one of "
+                              f"{', '.join(model_registry.REGISTRY)}")
         check_device_name(self.device)
         sizes = parse_model_sizes(self.model_sizes, self.model)
         if self.aggregation == "sima" and self.adapter not in ("lora", "pq-lora"):
@@ -203,19 +206,24 @@ class RunConfig:
             raise ConfigError(
                 f"strategy = {self.strategy!r} is unknown; choose one of {', '.join(strategies)}")
 
-    def model_kwargs(self, device: str = "cpu", client: bool = True) -> dict[str, object]:
-        """`tasks.build_model` keywords of this run's model settings on ``device`` (resolved).
-        The server's model (``client=False``) is float32, unquantised and without base weights
-        (``base_weights=False``): it only reads the layer names and the initial adapters, which are
-        float32 whatever the clients' base dtype, so an ``hf:<dir>`` needs only its config.json there."""
+    def model_spec(self, device: str = "cpu", client: bool = True, size: str = "base"
+                   ) -> model_registry.ModelSpec:
+        """This run's model settings (`tasks.build.build_model`) for a client of model ``size`` on
+        ``device`` (resolved). The server's model (``client=False``) is float32, unquantised and
+        without base weights (``base_weights=False``): it only reads the layer names and the
+        initial adapters, which are float32 whatever the clients' base dtype, so an ``hf:<dir>``
+        needs only its config.json there. ``gated``: SIMA's global branch (FedMosaic Eq. 9)."""
         from tasks.device import resolve_dtype  # torch: only where a model is built
 
-        return {"lora_targets": tuple(t.strip() for t in self.lora_targets.split(",") if t.strip()),
-                "vlm_layers": self.vlm_layers, "max_new_tokens": self.max_new_tokens,
-                "dtype": resolve_dtype(self.dtype, device) if client else "float32",
-                "quantization": self.quantization if client else "none",
-                "gradient_checkpointing": self.gradient_checkpointing, "device": device,
-                "shared_head": self.head == "shared", "base_weights": client}
+        return model_registry.ModelSpec(
+            self.model, self.adapter, self.lora_rank, self.seed, size=size,
+            gated=self.aggregation == "sima", num_blocks=self.num_blocks,
+            lora_targets=tuple(t.strip() for t in self.lora_targets.split(",") if t.strip()),
+            vlm_layers=self.vlm_layers, max_new_tokens=self.max_new_tokens,
+            dtype=resolve_dtype(self.dtype, device) if client else "float32",
+            quantization=self.quantization if client else "none",
+            gradient_checkpointing=self.gradient_checkpointing, device=device,
+            shared_head=self.head == "shared", base_weights=client)
 
     def to_dict(self) -> dict[str, object]:
         return {f.name.replace("_", "-"): getattr(self, f.name) for f in fields(self)}
@@ -237,9 +245,10 @@ def group_of(partition_id: int, groups: Sequence[int]) -> int:
 
 def parse_model_sizes(value: str, model: str, key: str = "model-sizes") -> list[str]:
     """FedMosaic client sizes per partition id (cycled like ``budgets``): ``base`` or ``large``;
-    hf:<dir> and tiny-llava have one size only, so ``large`` there is refused, not dropped."""
+    a model of one size (the registry entry's ``sizes``: hf:<dir>, tiny-llava) refuses ``large``
+    instead of dropping it."""
     sizes = [s.strip() for s in value.split(",")] if value.strip() else []
-    allowed = ("base",) if model.startswith("hf:") or model == "tiny-llava" else MODEL_SIZES
+    allowed = model_registry.parse_model(model)[0].sizes
     bad = [s for s in sizes if s not in allowed]
     if not sizes or bad:
         raise ConfigError(f"{key} = {value!r} must list sizes among {', '.join(allowed)} "

@@ -14,6 +14,7 @@ from settings.config import RunConfig
 from settings.errors import ConfigError
 from tasks.data.mixed import PREFIX as MIXED_PREFIX
 from tasks.data.mixed import parse_mixed
+from tasks.models.registry import parse_model
 
 # "<name>:<dir>[?options]" data sets read from a local folder, and a file pattern the folder must hold
 FOLDER_DATASETS = {"medmnist-vqa": ("*.npz",),
@@ -45,8 +46,10 @@ def check_data_here(dataset: str, where: str = "") -> None:
 
 
 def check_model_here(model: str) -> None:
-    """An ``hf:<dir>`` model is a folder here with the checkpoint's ``config.json``."""
-    if model.startswith("hf:") and not (Path(model[3:]).expanduser() / "config.json").is_file():
+    """A checkpoint model (``hf:<dir>``, `tasks.models.registry.ModelEntry.checkpoint`) is a folder
+    here with the checkpoint's ``config.json``."""
+    entry, folder = parse_model(model)
+    if entry.checkpoint and not (Path(folder).expanduser() / "config.json").is_file():
         raise ConfigError(f"model = {model!r}: no checkpoint folder with a config.json on this machine")
 
 

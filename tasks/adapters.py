@@ -27,8 +27,7 @@ from torch import nn
 
 from tasks.models.base import FederatedVLM, is_under
 from tasks.mosaic.modules import GATE, GLOBAL, LOCAL
-
-ADAPTERS: tuple[str, ...] = ("lora", "layer", "pq-lora")
+from tasks.names import ADAPTERS
 
 
 def lora_targets(model: FederatedVLM) -> list[str]:

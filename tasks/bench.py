@@ -40,9 +40,10 @@ import numpy as np
 import torch
 from scipy.stats import spearmanr
 
+from tasks.build import build_model
 from tasks.data import load_partition
 from tasks.lntk import layer_scores
-from tasks.models import build_model
+from tasks.models.registry import ModelSpec
 from tasks.train import train
 
 BUDGET = 4
@@ -77,8 +78,8 @@ def run(
 ) -> dict[str, float]:
     load_start = os.getloadavg()[0]
     part = load_partition(dataset, partition, 5, "by-question-type", seed=seed)
-    model = build_model(model_name, len(part.labels), task=part.task, seed=seed,
-                        **(model_options or {})).to(device)
+    model = build_model(ModelSpec(model_name, seed=seed, **(model_options or {})), len(part.labels),
+                        part.task).to(device)
     model.answers = tuple(part.labels)  # a generative model writes its answers as text
     with torch.no_grad():  # warm-up
         model(model.collate(part.train[:batch_size]))

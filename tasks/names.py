@@ -1,27 +1,42 @@
-"""Names of the models and data sets `tasks` builds, importable without building anything (no torch,
-transformers, PIL): the run settings (`settings.config`) check ``model`` and ``dataset`` in every
-process, also in a deployed ClientApp that only forwards messages to its site's worker.
-`tasks.models.build_model` and `tasks.data.load_partition` accept exactly these.
+"""Names `tasks` accepts, importable without building anything (no torch, transformers, PIL): the
+run settings (`settings.config`) check them in every process, also in a deployed ClientApp that
+only forwards messages to its site's worker. One tuple per kind; the modules that act on a name
+import its tuple from here, so no list is kept equal to another.
+
+The model and data set names are the keys of their registries (`tasks.models.registry`,
+`tasks.data.registry`); `parse_name` reads a registry key's ``prefix:<argument>`` pattern.
 """
 
-MODELS: tuple[str, ...] = ("minilm-effnet", "tiny-vilt", "tiny-llava", "hf:<local dir>")
-"""``hf:<local dir>``: any transformers checkpoint on disk; ``tiny-llava``: a random generative LLaVA."""
+from __future__ import annotations
+
+from collections.abc import Iterable
+
+ADAPTERS: tuple[str, ...] = ("lora", "layer", "pq-lora")
+"""Run setting ``adapter`` (`tasks.adapters.apply_adapter`)."""
+VLM_LAYERS: tuple[str, ...] = ("language", "vision", "both")
+"""Run setting ``vlm-layers``: a generator's selectable blocks (`tasks.models.generative`)."""
 DTYPES: tuple[str, ...] = ("auto", "float32", "bfloat16", "float16")
 """Run setting ``dtype`` of a generative model's frozen weights (``auto``: bfloat16 on a CUDA device
 that supports it, else float32); adapters are float32 whatever it is."""
-DATASETS: tuple[str, ...] = (
-    "easy-vqa",
-    "easy-vqa-modalities",
-    "easy-vqa-yes-no",
-    "synthetic",
-    "synthetic-multilabel",
-    "medmnist-vqa:<dir>",
-    "hf-disk:<dir>[?<option>=<value>&...]",
-    "mixed:<dataset>+<dataset>[+...]",
-)
 MODEL_SIZES: tuple[str, ...] = ("base", "large")
-"""FedMosaic's two client sizes of one family: ``large`` is minilm-effnet with EfficientNet-Lite2
-(deeper, wider image tower) or tiny-vilt 48 wide instead of 32; hf:<dir> has only ``base``."""
+"""FedMosaic's two client sizes of one family (run setting ``model-sizes``); a registry entry lists
+the ones it builds (`tasks.models.registry.ModelEntry.sizes`)."""
 SIMA_VECTOR: str = "sima-grad"
 """Key of a client's SIMA gradient vector in its train reply and its stored state (FedMosaic Eq. 4);
 `strategies.aggregation.sima` reads it under the same name."""
+
+
+def parse_name(value: object, names: Iterable[str], kind: str, empty: bool = False) -> tuple[str, str]:
+    """``(registry key, argument)`` of ``value`` among ``names``: a plain key matches itself (argument
+    ""), a pattern key ``"<prefix><...>"`` (e.g. ``"hf:<local dir>"``) matches ``prefix`` followed by a
+    non-empty argument (any argument with ``empty``, so that the entry's loader can say what is
+    missing). ValueError ``unknown <kind> <value>; choose one of ...`` otherwise."""
+    names = tuple(names)
+    if isinstance(value, str):
+        for name in names:
+            prefix, pattern, _ = name.partition("<")
+            if not pattern and value == name:
+                return name, ""
+            if pattern and value.startswith(prefix) and (empty or len(value) > len(prefix)):
+                return name, value[len(prefix):]
+    raise ValueError(f"unknown {kind} {value!r}; choose one of {', '.join(names)}")

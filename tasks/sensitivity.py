@@ -20,8 +20,9 @@ from collections.abc import Iterator, Sequence
 
 import numpy as np
 
+from tasks.build import build_model
 from tasks.data import load_partition, majority_accuracy
-from tasks.models import build_model
+from tasks.models.registry import ModelSpec
 from tasks.train import evaluate, train
 
 MODES = ("none", "last", "all")
@@ -50,7 +51,7 @@ def screen(args: argparse.Namespace) -> Iterator[dict]:
     if not train_set or not test_set:
         raise ValueError(f"--qtype {args.qtype!r}: partition {part.name} has no such samples")
     for mode in modes:
-        model = build_model(args.model, len(part.labels), task=part.task, seed=args.seed)
+        model = build_model(ModelSpec(args.model, seed=args.seed), len(part.labels), part.task)
         mask = layer_mask(mode, len(model.layer_names), args.last_k)
         start = time.perf_counter()
         train(model, train_set, mask, steps=args.steps, batch_size=args.batch_size, lr=args.lr,

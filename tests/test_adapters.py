@@ -12,7 +12,7 @@ import tasks
 
 @pytest.fixture
 def model():
-    return tasks.build_model("tiny-vilt", num_outputs=5)
+    return tasks.build_model(tasks.ModelSpec("tiny-vilt"), 5)
 
 
 def test_lora_in_every_layer_on_every_linear(model):
@@ -27,7 +27,7 @@ def test_lora_in_every_layer_on_every_linear(model):
 
 
 def test_layer_adapter_unit_is_the_layers_own_weights():
-    model = tasks.build_model("tiny-vilt", 5, adapter="layer")
+    model = tasks.build_model(tasks.ModelSpec("tiny-vilt", adapter="layer"), 5)
     assert not any("lora_" in n for n, _ in model.named_parameters())
     names = tasks.layer_parameter_names(model, 2)
     prefix = "backbone.encoder.layer.2."
@@ -39,7 +39,7 @@ def test_layer_state_round_trips_exactly(model):
     state = tasks.get_layer_state(model, [1, 3])
     assert {tasks.layer_of_key(k) for k in state} == {1, 3}
     assert all(isinstance(v, np.ndarray) for v in state.values())
-    other = tasks.build_model("tiny-vilt", 5, seed=9)
+    other = tasks.build_model(tasks.ModelSpec("tiny-vilt", seed=9), 5)
     changed = {k: v + np.float32(0.25) for k, v in state.items()}
     tasks.set_layer_state(other, changed)
     back = tasks.get_layer_state(other, [1, 3])
@@ -82,7 +82,7 @@ def test_layer_of_key():
 def test_personal_state_round_trips_and_validates(model):
     state = tasks.get_personal_state(model)
     assert set(state) == {"head.weight", "head.bias"}
-    other = tasks.build_model("tiny-vilt", 5, seed=1)
+    other = tasks.build_model(tasks.ModelSpec("tiny-vilt", seed=1), 5)
     tasks.set_personal_state(other, state)
     assert all(np.array_equal(tasks.get_personal_state(other)[k], v) for k, v in state.items())
     with pytest.raises(ValueError, match="not a personal parameter"):
@@ -124,4 +124,4 @@ def test_minilm_effnet_lora_targets_cover_image_stage_convs(minilm):
 
 @pytest.fixture(scope="module")
 def minilm():
-    return tasks.build_model("minilm-effnet", 13)
+    return tasks.build_model(tasks.ModelSpec("minilm-effnet"), 13)

@@ -95,7 +95,7 @@ def test_a_run_config_folder_the_node_lacks_is_an_error_reply():
 # ---------------------------------------------------------------------- train masks (issue 12 §5)
 @pytest.fixture(scope="module")
 def global_arrays():
-    model = tasks.build_model("tiny-vilt", 1, seed=0)
+    model = tasks.build_model(tasks.ModelSpec("tiny-vilt", seed=0), 1)
     return to_record(tasks.get_layer_state(model, range(len(model.layer_names))))
 
 

@@ -1,6 +1,6 @@
 """Issue 35 item 3: the coordinator never materialises the base weights.
 
-The server's build (`RunConfig.model_kwargs(client=False)`: ``base_weights=False``) reads an
+The server's build (`RunConfig.model_spec(client=False)`: ``base_weights=False``) reads an
 ``hf:<dir>`` checkpoint's config.json only (`tasks.models.skeleton`), yet its layer names and
 initial shared state (LoRA A/B, PQ-LoRA P/Q, SIMA's local branches, a shared head) must equal a
 full build's bit for bit: every client starts from them. The memory test saves a LLaVA whose
@@ -44,8 +44,8 @@ def _full_and_coordinator(name: str, monkeypatch, **options) -> tuple[tasks.Fede
     if "qwen2vl" in name:  # its saved processor needs torchvision (tests/tiny_vlms.py): the full build
         monkeypatch.setattr("tasks.models.generative.load_processor",  # takes the in-memory one
                             lambda path, _: tiny_vlms.qwen2vl_processor(path))
-    full = tasks.build_model(name, 3, seed=7, **options)
-    return full, tasks.build_model(name, 3, seed=7, base_weights=False, **options)
+    full = tasks.build_model(tasks.ModelSpec(name, seed=7, **options), 3)
+    return full, tasks.build_model(tasks.ModelSpec(name, seed=7, base_weights=False, **options), 3)
 
 
 CASES = [  # (model kind, build options)
@@ -82,12 +82,12 @@ def test_the_coordinator_needs_only_config_json(checkpoints, tmp_path, monkeypat
         bare = tmp_path / kind
         bare.mkdir()
         shutil.copy(checkpoints[kind] / "config.json", bare / "config.json")
-        coordinator = tasks.build_model(f"hf:{bare}", 3, seed=7, base_weights=False)
+        coordinator = tasks.build_model(tasks.ModelSpec(f"hf:{bare}", seed=7, base_weights=False), 3)
         full, _ = _full_and_coordinator(f"hf:{checkpoints[kind]}", monkeypatch)
         assert coordinator.layer_names == full.layer_names
         names[kind] = full.layer_names
         with pytest.raises((OSError, ValueError)):  # a client's build does need the weights
-            tasks.build_model(f"hf:{bare}", 3, seed=7)
+            tasks.build_model(tasks.ModelSpec(f"hf:{bare}", seed=7), 3)
     config = RunConfig.from_mapping({**default_config(), "model": f"hf:{tmp_path / 'llava'}",
                                      "dataset": "synthetic", "results-dir": str(tmp_path / "runs"),
                                      "budgets": "2"})
@@ -115,7 +115,7 @@ WIDE_TEXT = {"hidden_size": 1024, "intermediate_size": 4096, "num_hidden_layers"
 # starts; the kernel's peak is reset there (/proc/self/clear_refs "5"), so neither the imports' transient
 # peak nor ru_maxrss's inheritance of the forking pytest process's peak hides a phase's own.
 PEAK = """
-import gc, json, re, sys
+import dataclasses, gc, json, re, sys
 import peft, torch, transformers
 from transformers import LlavaForConditionalGeneration
 import tasks, tasks.adapters, tasks.models.generative
@@ -135,8 +135,7 @@ base = reset()
 initial = plan_run(config).initial
 coordinator = peak() - base
 base = reset()
-model = tasks.build_model(config.model, 1, seed=config.seed, **{**config.model_kwargs(client=False),
-                                                               "base_weights": True})
+model = tasks.build_model(dataclasses.replace(config.model_spec(client=False), base_weights=True), 1)
 full = peak() - base
 assert tasks.get_layer_state(model, range(len(model.layer_names))).keys() == initial.keys()
 print(json.dumps({"coordinator_mb": coordinator, "full_mb": full,

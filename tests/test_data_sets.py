@@ -25,18 +25,18 @@ def _check_samples(samples: list[Sample], labels: list[str], task: str) -> None:
             assert set(np.unique(s.target)) <= {0.0, 1.0}
 
 
-def test_datasets_constant_names_exactly_the_data_sets_the_loader_knows():
-    from tasks.data.load import _LOADERS, _resolve
+def test_every_registry_entry_names_a_loader_and_unknown_names_fail():
+    """`DATASETS` are the registry's keys: each plain or pattern entry points at a loader that
+    imports (mixtures compose other entries), and a name outside it fails in one line."""
+    from tasks.data.registry import REGISTRY, parse_dataset
 
-    plain = [name for name in DATASETS if ":" not in name]
-    assert sorted(plain) == sorted(_LOADERS)
-    for name in DATASETS:
-        kind = name.split(":", 1)[0]
-        if kind == "mixed":
-            continue
-        assert callable(_resolve(name if ":" not in name else f"{kind}:/some/dir")), name
+    assert tuple(REGISTRY) == DATASETS
+    for name, entry in REGISTRY.items():
+        prefix = name.partition("<")[0]
+        assert parse_dataset(prefix + "x" if "<" in name else name) == (entry, "x" if "<" in name else "")
+        assert callable(entry.load()) if entry.source else prefix == "mixed:", name
     with pytest.raises(ValueError, match="unknown dataset 'imagenet'"):
-        _resolve("imagenet")
+        parse_dataset("imagenet")
 
 
 @pytest.mark.parametrize(

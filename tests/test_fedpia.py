@@ -157,7 +157,7 @@ def test_bad_fedpia_arguments_are_one_line_errors():
 @pytest.fixture(scope="module")
 def vilt():
     partition = tasks.load_partition("synthetic", 0, 1, seed=0, max_train=16)
-    return tasks.build_model("tiny-vilt", len(partition.labels), seed=0), partition.train
+    return tasks.build_model(tasks.ModelSpec("tiny-vilt", seed=0), len(partition.labels)), partition.train
 
 
 def random_adapters(model, seed: int) -> dict[str, np.ndarray]:
@@ -210,7 +210,7 @@ def test_client_alignment_recovers_a_planted_permutation_of_the_global_adapter(v
 def test_the_default_models_conv_adapters_are_aligned_by_activation_too():
     """minilm-effnet's EfficientNet LoRA modules are Conv2d (A: r × c × k × k, B: c' × r × 1 × 1)."""
     partition = tasks.load_partition("synthetic", 0, 1, seed=0, max_train=8)
-    model = tasks.build_model("minilm-effnet", len(partition.labels), seed=0)
+    model = tasks.build_model(tasks.ModelSpec("minilm-effnet", seed=0), len(partition.labels))
     received = random_adapters(model, 9)
     local = permuted(received, 10)
     assert any(v.ndim == 4 for v in received.values())
@@ -429,7 +429,7 @@ def test_the_local_adapters_ride_with_the_personal_state_but_never_load_as_a_hea
 
 def test_server_pia_on_the_default_model_takes_milliseconds_a_round():
     """Issue 14 expects milliseconds for r = 8: the default model's 67 LoRA pairs, 5 clients."""
-    model = tasks.build_model("minilm-effnet", 4, lora_rank=8, seed=0)
+    model = tasks.build_model(tasks.ModelSpec("minilm-effnet", lora_rank=8, seed=0), 4)
     start = tasks.get_layer_state(model, range(len(model.layer_names)))
     rng = np.random.default_rng(0)
     updates = [ClientUpdate(k, {key: (v + 0.01 * rng.standard_normal(v.shape)).astype(v.dtype)

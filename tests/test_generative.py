@@ -80,7 +80,7 @@ def family_model(family: str, partition, checkpoints, qwen, monkeypatch) -> task
 
 
 def generator(name: str, partition, **options) -> tasks.FederatedVLM:
-    model = tasks.build_model(name, len(partition.labels), seed=0, **options)
+    model = tasks.build_model(tasks.ModelSpec(name, seed=0, **options), len(partition.labels))
     model.answers = tuple(partition.labels)
     return model
 

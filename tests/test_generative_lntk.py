@@ -61,7 +61,8 @@ def build(checkpoints, partition):
             name = "tiny-llava" if family == "tiny-llava" else f"hf:{checkpoints[family]}"
             with pytest.MonkeyPatch.context() as patch:
                 patch.setattr("tasks.models.generative.load_processor", with_processor(qwen, processor))
-                model = tasks.build_model(name, len(partition.labels), seed=0, vlm_layers=vlm_layers)
+                model = tasks.build_model(tasks.ModelSpec(name, seed=0, vlm_layers=vlm_layers),
+                                          len(partition.labels))
             model.answers = tuple(partition.labels)
             model.double().eval()
             gen = torch.Generator().manual_seed(0)

@@ -6,6 +6,8 @@ model, by the run config, `tasks.build_model` or `check_model_settings` (what th
 
 from __future__ import annotations
 
+from dataclasses import replace
+
 import pytest
 import torch
 from transformers import ViltModel
@@ -64,22 +66,21 @@ def apply_setting(kind: str, name: str, key: str, value: object, cache: dict):
     the server's `check_model_settings`. Returns the model, or raises the one-line refusal."""
     value = value.replace("<valid>", TARGET[kind]) if isinstance(value, str) else value
     config = RunConfig.from_mapping({**default_config(), "model": name, "dataset": "synthetic", key: value})
-    model_kwargs = config.model_kwargs("cpu", client=key != "quantization")
-    build = {"adapter": config.adapter, "lora_rank": config.lora_rank, "num_blocks": config.num_blocks,
-             "size": config.model_sizes, **model_kwargs}
+    spec = config.model_spec("cpu", client=key != "quantization", size=config.model_sizes)
+    targets = spec.lora_targets
     if kind not in GENERATORS:  # an encoder's build takes none of these: share one build
-        build.update(vlm_layers="language", max_new_tokens=0, dtype="float32", gradient_checkpointing=False)
+        spec = replace(spec, vlm_layers="language", max_new_tokens=0, dtype="float32",
+                       gradient_checkpointing=False)
     if kind in CHECK_ONLY and cache:  # the build code it skips is walked on tiny-vilt
-        build = None
-    cache_key = repr(sorted(build.items())) if build is not None else next(iter(cache))
-    if cache_key not in cache:
-        cache[cache_key] = tasks.build_model(name, 3, seed=0, **build)
-    model = cache[cache_key]
+        spec = next(iter(cache))
+    if spec not in cache:
+        cache[spec] = tasks.build_model(spec, 3)
+    model = cache[spec]
     check_model_settings(name, model, config.quantization, config.head == "shared", config.score_mode,
                          adapter=config.adapter, vlm_layers=config.vlm_layers,
                          max_new_tokens=config.max_new_tokens, dtype=config.dtype,
                          gradient_checkpointing=config.gradient_checkpointing,
-                         lora_targets=model_kwargs["lora_targets"], num_blocks=config.num_blocks,
+                         lora_targets=targets, num_blocks=config.num_blocks,
                          lora_rank=config.lora_rank)
     return model, value
 
@@ -147,7 +148,7 @@ def test_defaults_of_the_checks_are_the_run_config_defaults():
                                                        ("layer", "quantization", "4bit"),
                                                        ("pq-lora", "lora-targets", ("query",))])
 def test_adapter_settings_an_adapter_ignores_are_refused(adapter, key, value):
-    model = tasks.build_model("tiny-vilt", 3, adapter=adapter, seed=0)
+    model = tasks.build_model(tasks.ModelSpec("tiny-vilt", adapter=adapter, seed=0), 3)
     options = {"lora-rank": {"lora_rank": value}, "lora-targets": {"lora_targets": value}}.get(key, {})
     with pytest.raises(ValueError, match=rf"^{key} = .* is not supported by model 'tiny-vilt' with adapter"):
         check_model_settings("tiny-vilt", model, value if key == "quantization" else "none", False,
@@ -156,8 +157,8 @@ def test_adapter_settings_an_adapter_ignores_are_refused(adapter, key, value):
 
 def test_build_model_refuses_a_shared_head_on_a_generator_instead_of_dropping_it():
     with pytest.raises(ValueError, match="head = 'shared' is not supported by model 'tiny-llava'"):
-        tasks.build_model("tiny-llava", 3, seed=0, shared_head=True)
-    assert tasks.build_model("tiny-vilt", 3, seed=0, shared_head=True).shared_head
+        tasks.build_model(tasks.ModelSpec("tiny-llava", seed=0, shared_head=True), 3)
+    assert tasks.build_model(tasks.ModelSpec("tiny-vilt", seed=0, shared_head=True), 3).shared_head
 
 
 @pytest.mark.parametrize(("model", "key", "value"), [("tiny-vilt", "quantization", "4bit"),
@@ -186,7 +187,8 @@ def test_the_run_config_refuses_a_large_size_of_a_one_size_model():
 def test_a_projector_without_linear_modules_is_not_a_selectable_layer(tmp_path):
     """Gemma 3's projector is a bare weight (no Linear for LoRA): selecting it would spend a budget
     slot on a layer that trains nothing, so vlm-layers = 'vision' offers only its vision blocks."""
-    model = tasks.build_model(f"hf:{save_gemma3(tmp_path / 'gemma3')}", 1, seed=0, vlm_layers="vision")
+    spec = tasks.ModelSpec(f"hf:{save_gemma3(tmp_path / 'gemma3')}", seed=0, vlm_layers="vision")
+    model = tasks.build_model(spec, 1)
     assert model.layer_names and not any("projector" in name for name in model.layer_names)
     trained = {name for name in model.layer_names
                if any(p.requires_grad for n, p in model.named_parameters() if n.startswith(name + "."))}

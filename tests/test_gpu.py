@@ -13,6 +13,7 @@ import pytest
 import torch
 
 from tasks import (
+    ModelSpec,
     build_model,
     evaluate,
     get_layer_state,
@@ -36,7 +37,8 @@ def _without_dropout(model):
 
 
 def _pair():
-    return _without_dropout(build_model("tiny-vilt", 5)), _without_dropout(build_model("tiny-vilt", 5))
+    spec = ModelSpec("tiny-vilt")
+    return _without_dropout(build_model(spec, 5)), _without_dropout(build_model(spec, 5))
 
 
 def test_training_on_cuda_matches_cpu_and_changes_only_the_masked_layers():

@@ -22,8 +22,8 @@ def test_4bit_quantises_the_base_of_an_hf_generator_under_float32_lora(save, tmp
     from bitsandbytes.nn import Linear4bit
 
     directory = save(tmp_path / "checkpoint")
-    model = tasks.build_model(f"hf:{directory}", 3, seed=0, quantization="4bit", dtype="bfloat16",
-                              device="cuda")
+    spec = tasks.ModelSpec(f"hf:{directory}", seed=0, quantization="4bit", dtype="bfloat16", device="cuda")
+    model = tasks.build_model(spec, 3)
     quantised = {n.removesuffix(".base_layer") for n, m in model.named_modules() if isinstance(m, Linear4bit)}
     adapted = {n.rpartition(".lora_A")[0] for n, _ in model.named_parameters() if ".lora_A" in n}
     assert adapted and adapted <= quantised  # every LoRA site sits on a 4-bit base

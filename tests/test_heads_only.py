@@ -41,7 +41,7 @@ def test_scripted_round_sends_empty_masks_and_no_adapter_bytes_and_keeps_the_glo
 
 
 def test_the_client_accepts_an_empty_mask_only_in_a_heads_only_run():
-    model = tasks.build_model("tiny-vilt", 1, seed=0)
+    model = tasks.build_model(tasks.ModelSpec("tiny-vilt", seed=0), 1)
     record = to_record(tasks.get_layer_state(model, range(len(model.layer_names))))
     grid, node_id = node({}, {"strategy": "none"})
     score(grid, node_id)
@@ -78,7 +78,7 @@ def test_real_round_trains_heads_only_and_sends_no_adapter_bytes(tmp_path):
                          run_config=run)
     server_app(grid, Context(run_id=1, node_id=0, node_config={}, state=RecordDict(), run_config=run))
 
-    initial = tasks.get_layer_state(tasks.build_model("tiny-vilt", 1, seed=0), range(4))
+    initial = tasks.get_layer_state(tasks.build_model(tasks.ModelSpec("tiny-vilt", seed=0), 1), range(4))
     final = load_file(tmp_path / "run" / "adapters.safetensors")
     assert final.keys() == initial.keys()
     for key, value in initial.items():

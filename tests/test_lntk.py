@@ -11,7 +11,7 @@ from torch import nn
 
 import tasks.lntk as lntk
 import tasks.lntk_hooks as lntk_hooks
-from tasks import build_model, layer_parameter_names, layer_scores
+from tasks import ModelSpec, build_model, layer_parameter_names, layer_scores
 from tasks.lntk import principal_eigenvalue
 from tests.test_models import make_samples, save_tiny_git
 
@@ -52,7 +52,7 @@ def samples():
 
 @pytest.mark.parametrize(("adapter", "mode"), [("lora", "loss"), ("lora", "logit"), ("layer", "loss")])
 def test_eigenvalues_are_exact(adapter, mode, samples):
-    model = build_model("tiny-vilt", 5, adapter=adapter).double()
+    model = build_model(ModelSpec("tiny-vilt", adapter=adapter), 5).double()
     result = layer_scores(model, samples, mode)
     expected = brute_force_eigenvalues(model, samples, mode)
     assert result.eigenvalues.shape == (4,) and (expected > 0).all()
@@ -63,14 +63,14 @@ def test_eigenvalues_are_exact(adapter, mode, samples):
 
 def test_generic_hf_checkpoint_eigenvalues_are_exact(tmp_path, samples):
     save_tiny_git(tmp_path)
-    model = build_model(f"hf:{tmp_path}", 5).double()
+    model = build_model(ModelSpec(f"hf:{tmp_path}"), 5).double()
     expected = brute_force_eigenvalues(model, samples[:4], "loss")
     assert relative_error(layer_scores(model, samples[:4]).eigenvalues, expected) <= 1e-6
 
 
 def test_lora_at_initialisation_only_b_has_gradient(samples):
     """B = 0 at init, so ∂loss/∂A = 0 and the LNTK of a layer is the LNTK of its B matrices."""
-    model = build_model("tiny-vilt", 5).double()
+    model = build_model(ModelSpec("tiny-vilt"), 5).double()
     model.eval()
     batch = model.collate(samples)
     model.loss(model(batch), batch["labels"]).backward()
@@ -85,7 +85,7 @@ def test_lora_at_initialisation_only_b_has_gradient(samples):
 @pytest.mark.parametrize("error", [RuntimeError, NotImplementedError, ValueError])
 def test_loop_fallback_matches_vmap_and_warns(error, monkeypatch, samples):
     """Every error type vmap raises on a model it cannot map (ValueError: mismatched batch sizes)."""
-    model = build_model("tiny-vilt", 5, adapter="layer").double()  # LayerNorm: no hooks, vmap
+    model = build_model(ModelSpec("tiny-vilt", adapter="layer"), 5).double()  # LayerNorm: no hooks, vmap
     assert lntk.hook_sites(model, [layer_parameter_names(model, 0)]) is None
     reference = layer_scores(model, samples).eigenvalues
 
@@ -125,7 +125,7 @@ def trained_lora(model):
 
 @pytest.mark.parametrize("mode", ["loss", "logit"])
 def test_hooks_equal_per_sample_gradients_on_tiny_vilt(mode, samples):
-    model = trained_lora(build_model("tiny-vilt", 5).double())
+    model = trained_lora(build_model(ModelSpec("tiny-vilt"), 5).double())
     hooked, reference = grams_both_ways(model, samples, mode)
     rows = len(samples) * (5 if mode == "logit" else 1)
     for fast, exact in zip(hooked, reference, strict=True):
@@ -136,7 +136,7 @@ def test_hooks_equal_per_sample_gradients_on_tiny_vilt(mode, samples):
 
 def test_hooks_equal_per_sample_gradients_on_minilm_effnet():
     """The real model: LoRA on EfficientNet 1x1 convolutions and on MiniLM's Linear layers."""
-    model = trained_lora(build_model("minilm-effnet", 4).double())
+    model = trained_lora(build_model(ModelSpec("minilm-effnet"), 4).double())
     hooked, reference = grams_both_ways(model, make_samples(3, size=64, seed=2, classes=4), "loss")
     assert len(hooked) == 13
     for fast, exact in zip(hooked, reference, strict=True):
@@ -145,7 +145,7 @@ def test_hooks_equal_per_sample_gradients_on_minilm_effnet():
 
 
 def test_hook_failure_warns_and_falls_back_to_per_sample_gradients(monkeypatch, samples):
-    model = build_model("tiny-vilt", 5).double()
+    model = build_model(ModelSpec("tiny-vilt"), 5).double()
     reference = layer_scores(model, samples).eigenvalues
 
     def unhookable(*args, **kwargs):
@@ -270,7 +270,7 @@ def test_lanczos_matches_eigvalsh():
 
 
 def test_paper_mode_follows_algorithm_1(samples):
-    model = build_model("tiny-vilt", 5, adapter="layer").double()
+    model = build_model(ModelSpec("tiny-vilt", adapter="layer"), 5).double()
     result = layer_scores(model, samples, "paper")
     model.eval()
     batch = model.collate(samples)
@@ -292,7 +292,7 @@ def test_paper_mode_follows_algorithm_1(samples):
 
 
 def test_scores_normalise_restore_mode_and_reject_bad_input(samples):
-    model = build_model("tiny-vilt", 5)
+    model = build_model(ModelSpec("tiny-vilt"), 5)
     model.train()
     result = layer_scores(model, samples)
     assert model.training
@@ -304,7 +304,7 @@ def test_scores_normalise_restore_mode_and_reject_bad_input(samples):
 
 
 def test_scores_are_uniform_when_all_eigenvalues_vanish(samples):
-    model = build_model("tiny-vilt", 5)
+    model = build_model(ModelSpec("tiny-vilt"), 5)
     with torch.no_grad():  # a zero head makes every loss gradient upstream of it zero
         model.head.weight.zero_()
     result = layer_scores(model, samples)

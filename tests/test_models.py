@@ -8,7 +8,7 @@ import torch
 from torch import nn
 from transformers import GitConfig, GitModel, ViltModel
 
-from tasks import MODELS, Sample, build_model, get_layer_state, get_personal_state
+from tasks import MODELS, ModelSpec, Sample, build_model, get_layer_state, get_personal_state
 from tasks.models.base import find_blocks
 from tasks.models.hf import tiny_vilt_config
 
@@ -32,7 +32,7 @@ def test_registry_names():
 
 
 def test_tiny_vilt_shapes_and_layers():
-    model = build_model("tiny-vilt", num_outputs=7)
+    model = build_model(ModelSpec("tiny-vilt"), 7)
     batch = model.collate(make_samples(5))
     assert batch["pixel_values"].shape == (5, 3, 32, 32)
     assert batch["labels"].dtype == torch.int64 and batch["labels"].shape == (5,)
@@ -44,8 +44,8 @@ def test_tiny_vilt_shapes_and_layers():
 
 def test_build_is_deterministic_for_a_seed():
     samples = make_samples(4)
-    a, b = build_model("tiny-vilt", 5, seed=3), build_model("tiny-vilt", 5, seed=3)
-    c = build_model("tiny-vilt", 5, seed=4)
+    a, b = build_model(ModelSpec("tiny-vilt", seed=3), 5), build_model(ModelSpec("tiny-vilt", seed=3), 5)
+    c = build_model(ModelSpec("tiny-vilt", seed=4), 5)
     sa, sb, sc = (m.state_dict() for m in (a, b, c))
     assert all(torch.equal(sa[k], sb[k]) for k in sa)
     assert not all(torch.equal(sa[k], sc[k]) for k in sa)
@@ -53,7 +53,7 @@ def test_build_is_deterministic_for_a_seed():
 
 
 def test_adapter_init_is_independent_of_head_size():
-    a, b = build_model("tiny-vilt", 5), build_model("tiny-vilt", 11)
+    a, b = build_model(ModelSpec("tiny-vilt"), 5), build_model(ModelSpec("tiny-vilt"), 11)
     sa, sb = get_layer_state(a, range(4)), get_layer_state(b, range(4))
     assert sa.keys() == sb.keys() and all(np.array_equal(sa[k], sb[k]) for k in sa)
     assert get_personal_state(a)["head.weight"].shape == (5, 32)
@@ -63,12 +63,12 @@ def test_build_leaves_global_rng_untouched():
     torch.manual_seed(123)
     expected = torch.rand(3)
     torch.manual_seed(123)
-    build_model("tiny-vilt", 3)
+    build_model(ModelSpec("tiny-vilt"), 3)
     assert torch.equal(torch.rand(3), expected)
 
 
 def test_multilabel_collate_and_bce():
-    model = build_model("tiny-vilt", 4, task="multilabel")
+    model = build_model(ModelSpec("tiny-vilt"), 4, "multilabel")
     samples = [
         Sample(s.image, s.question, np.array([1, 0, 1, 0], np.float32), "multilabel") for s in make_samples(3)
     ]
@@ -82,7 +82,7 @@ def test_multilabel_collate_and_bce():
 def test_hf_directory_discovers_vilt_blocks(tmp_path):
     torch.manual_seed(0)
     ViltModel(tiny_vilt_config()).save_pretrained(tmp_path)
-    model = build_model(f"hf:{tmp_path}", num_outputs=3)
+    model = build_model(ModelSpec(f"hf:{tmp_path}"), 3)
     assert model.layer_names == [f"backbone.encoder.layer.{i}" for i in range(4)]
     assert model(model.collate(make_samples(2))).shape == (2, 3)
     # loaded weights are the saved ones
@@ -117,7 +117,7 @@ def save_tiny_git(path) -> None:
 def test_hf_directory_generic_checkpoint(tmp_path):
     """A non-ViLT checkpoint (tiny GIT) runs its own forward; the longest block list is chosen."""
     save_tiny_git(tmp_path)
-    model = build_model(f"hf:{tmp_path}", num_outputs=3)
+    model = build_model(ModelSpec(f"hf:{tmp_path}"), 3)
     assert type(model).__name__ == "GenericHFVLM"
     assert model.layer_names == [f"backbone.encoder.layer.{i}" for i in range(3)]
     assert model(model.collate(make_samples(2, classes=3))).shape == (2, 3)
@@ -138,20 +138,20 @@ def test_find_blocks_picks_longest_identical_modulelist_and_fails_without_one():
 
 def test_bad_inputs_raise_clear_errors(tmp_path):
     with pytest.raises(ValueError, match="unknown model 'vilt-xxl'"):
-        build_model("vilt-xxl", 3)
+        build_model(ModelSpec("vilt-xxl"), 3)
     with pytest.raises(ValueError, match="unknown adapter 'ia3'"):
-        build_model("tiny-vilt", 3, adapter="ia3")
+        build_model(ModelSpec("tiny-vilt", adapter="ia3"), 3)
     with pytest.raises(ValueError, match="unknown task"):
-        build_model("tiny-vilt", 3, task="captioning")
+        build_model(ModelSpec("tiny-vilt"), 3, "captioning")
     with pytest.raises(ValueError, match="num_outputs"):
-        build_model("tiny-vilt", 0)
+        build_model(ModelSpec("tiny-vilt"), 0)
     with pytest.raises(ValueError, match="lora_rank"):
-        build_model("tiny-vilt", 3, lora_rank=0)
+        build_model(ModelSpec("tiny-vilt", lora_rank=0), 3)
     with pytest.raises(FileNotFoundError, match="hf model directory not found"):
-        build_model(f"hf:{tmp_path / 'missing'}", 3)
+        build_model(ModelSpec(f"hf:{tmp_path / 'missing'}"), 3)
     with pytest.raises(FileNotFoundError, match="no config.json"):
-        build_model(f"hf:{tmp_path}", 3)
-    model = build_model("tiny-vilt", 3)
+        build_model(ModelSpec(f"hf:{tmp_path}"), 3)
+    model = build_model(ModelSpec("tiny-vilt"), 3)
     with pytest.raises(ValueError, match="samples is empty"):
         model.collate([])
     with pytest.raises(ValueError, match="outside the head's 3 outputs"):

@@ -80,19 +80,19 @@ def test_eq7_block_layers():
 
 
 def test_only_block_layers_carry_p_and_q_and_their_names_do_not_depend_on_the_size():
-    base = tasks.build_model("tiny-vilt", 13, adapter="pq-lora", num_blocks=2)
+    base = tasks.build_model(tasks.ModelSpec("tiny-vilt", adapter="pq-lora", num_blocks=2), 13)
     state = tasks.get_layer_state(base, range(4))
     assert {tasks.layer_of_key(k) for k in state} == {1, 3}
     assert all(k.endswith((".P", ".Q")) for k in state)
-    large = tasks.build_model("tiny-vilt", 13, adapter="pq-lora", num_blocks=2, size="large")
+    large = tasks.build_model(tasks.ModelSpec("tiny-vilt", adapter="pq-lora", num_blocks=2, size="large"), 13)
     large_state = tasks.get_layer_state(large, range(4))
     assert {k: v.shape for k, v in large_state.items()} == {k: v.shape for k, v in state.items()}
 
 
 def test_alignment_keeps_a_and_b_orthonormal_fits_a_by_mse_and_is_the_same_on_every_client():
-    pivot = tasks.build_model("tiny-vilt", 13, adapter="pq-lora")
-    aligned = tasks.build_model("tiny-vilt", 13, adapter="pq-lora", size="large")
-    again = tasks.build_model("tiny-vilt", 13, adapter="pq-lora", size="large")
+    pivot = tasks.build_model(tasks.ModelSpec("tiny-vilt", adapter="pq-lora"), 13)
+    aligned = tasks.build_model(tasks.ModelSpec("tiny-vilt", adapter="pq-lora", size="large"), 13)
+    again = tasks.build_model(tasks.ModelSpec("tiny-vilt", adapter="pq-lora", size="large"), 13)
     samples = public_samples(0)
     mine, ref = _capture(aligned, samples), _capture(pivot, samples)  # inputs do not depend on A (P = 0)
     pivot_sites = {m.canonical: m for m in pivot.modules() if isinstance(m, MosaicLinear)}

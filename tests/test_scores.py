@@ -16,7 +16,8 @@ def data():
 
 
 def build(data, adapter="lora", double=False):
-    model = tasks.build_model("tiny-vilt", len(data.labels), task=data.task, adapter=adapter, seed=0)
+    spec = tasks.ModelSpec("tiny-vilt", adapter=adapter, seed=0)
+    model = tasks.build_model(spec, len(data.labels), data.task)
     return model.double() if double else model
 
 

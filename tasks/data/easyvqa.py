@@ -72,3 +72,14 @@ def load_easy_vqa() -> Source:
         labels=labels,
         task="vqa",
     )
+
+
+def source(argument: str, seed: int) -> Source:
+    """Registry loader of ``easy-vqa`` and ``easy-vqa-modalities``: one fixed data set (no argument,
+    no seed)."""
+    return load_easy_vqa()
+
+
+def yes_no_source(argument: str, seed: int) -> Source:
+    """Registry loader of ``easy-vqa-yes-no``."""
+    return load_easy_vqa_yes_no()

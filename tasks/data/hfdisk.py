@@ -271,3 +271,8 @@ class _Reader:
             ])  # fmt: skip
         out.flags.writeable = False
         return out
+
+
+def source(argument: str, seed: int) -> Source:
+    """Registry loader of ``hf-disk:<dir>[?options]``: ``argument`` is the text after the prefix."""
+    return load_hf_disk(PREFIX + argument, seed)

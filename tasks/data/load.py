@@ -9,45 +9,14 @@ partitioning.
 from __future__ import annotations
 
 import functools
-from collections.abc import Callable
 
 import numpy as np
 
-from tasks.data.easyvqa import load_easy_vqa, load_easy_vqa_yes_no
-from tasks.data.hfdisk import PREFIX as HF_DISK_PREFIX
-from tasks.data.hfdisk import load_hf_disk, parse_hf_disk
-from tasks.data.medmnist import load_medmnist_vqa
-from tasks.data.mixed import PREFIX as MIXED_PREFIX
 from tasks.data.mixed import load_mixed
 from tasks.data.partition import parse_partitioner, split_indices
-from tasks.data.synthetic import load_synthetic, load_synthetic_multilabel
+from tasks.data.registry import parse_dataset
 from tasks.data.transforms import apply_modality
-from tasks.data.types import Partition, Sample, Source, Split
-from tasks.names import DATASETS
-
-_LOADERS: dict[str, Callable[[int], Source]] = {
-    "easy-vqa": lambda seed: load_easy_vqa(),
-    "easy-vqa-modalities": lambda seed: load_easy_vqa(),
-    "easy-vqa-yes-no": lambda seed: load_easy_vqa_yes_no(),
-    "synthetic": load_synthetic,
-    "synthetic-multilabel": load_synthetic_multilabel,
-}
-
-
-def _resolve(dataset: str) -> Callable[[int], Source]:
-    if not isinstance(dataset, str):
-        raise ValueError(f"dataset must be a string, got {dataset!r}")
-    if dataset in _LOADERS:
-        return _LOADERS[dataset]
-    kind, sep, directory = dataset.partition(":")
-    if kind == "medmnist-vqa" and sep:
-        if not directory:
-            raise ValueError("dataset 'medmnist-vqa:' needs a directory: 'medmnist-vqa:<dir>'")
-        return lambda seed: load_medmnist_vqa(directory)
-    if dataset.startswith(HF_DISK_PREFIX):
-        parse_hf_disk(dataset)  # a bad option fails before any file is read
-        return lambda seed: load_hf_disk(dataset, seed)
-    raise ValueError(f"unknown dataset {dataset!r}; choose one of {', '.join(DATASETS)}")
+from tasks.data.types import Partition, Sample, Split
 
 
 def _check_int(name: str, value: object, low: int, high: int | None = None) -> None:
@@ -68,18 +37,19 @@ def load_partition(
 ) -> Partition:
     """Train/test samples of client `partition_id` (0-based) out of `num_partitions`.
 
+    The data set is a `tasks.data.registry` entry, whose loader gives the whole source.
     Raises ValueError for an unknown dataset or partitioner, a bad gamma, id or count, or a
     partition left without train or test samples; FileNotFoundError for a missing medmnist-vqa or
     hf-disk directory.
     A ``mixed:<a>+<b>`` data set gives client i a share of component i mod 2 (`tasks.data.mixed`).
     """
-    if isinstance(dataset, str) and dataset.startswith(MIXED_PREFIX):
+    entry, argument = parse_dataset(dataset)
+    if not entry.source:  # a mixture of registry entries
         _check_int("num_partitions", num_partitions, 1)
         _check_int("partition_id", partition_id, 0, num_partitions)
         component = functools.partial(load_partition, partitioner=partitioner, seed=seed,
                                       max_train=max_train, max_test=max_test)
         return load_mixed(dataset, int(partition_id), int(num_partitions), component)
-    load = _resolve(dataset)
     spec = parse_partitioner(partitioner)
     _check_int("num_partitions", num_partitions, 1)
     _check_int("partition_id", partition_id, 0, num_partitions)
@@ -90,7 +60,7 @@ def load_partition(
     partition_id, num_partitions, seed = int(partition_id), int(num_partitions), int(seed)
     name = f"{dataset}[{partitioner}] {partition_id}/{num_partitions}"
 
-    source = load(seed)
+    source = entry.load()(argument, seed)
     train_idx, test_idx = split_indices(source, num_partitions, spec, seed)[partition_id]
     for split, idx in (("train", train_idx), ("test", test_idx)):
         if len(idx) == 0:
@@ -101,7 +71,7 @@ def load_partition(
     rng = np.random.default_rng([seed, partition_id])
     train_idx = rng.permutation(train_idx)[:max_train]
     test_idx = rng.permutation(test_idx)[:max_test]
-    modality = partition_id if dataset == "easy-vqa-modalities" else None
+    modality = partition_id if entry.modalities else None
     return Partition(
         train=_samples(source.train, train_idx, modality, seed),
         test=_samples(source.test, test_idx, modality, seed),
@@ -115,9 +85,10 @@ def answers_by_type(dataset: str, seed: int = 0) -> dict[str, list[int]]:
     """Each question type's answer indices over the whole data set (train and test), sorted: what
     a planted conflict rotates (`tasks.data.conflict`), the same for every client whichever
     answers its own samples happen to use."""
-    if isinstance(dataset, str) and dataset.startswith(MIXED_PREFIX):
+    entry, argument = parse_dataset(dataset)
+    if not entry.source:
         raise ValueError(f"answers by question type need one data set, not the mixture {dataset!r}")
-    source = _resolve(dataset)(int(seed))
+    source = entry.load()(argument, int(seed))
     qtypes = np.concatenate([source.train.qtypes, source.test.qtypes])
     targets = np.concatenate([source.train.targets, source.test.targets])
     return {str(q): np.unique(targets[qtypes == q]).tolist() for q in np.unique(qtypes)}

@@ -249,3 +249,10 @@ def load_medmnist_vqa(directory: str) -> Source:
         raise FileNotFoundError(f"no .npz files in medmnist-vqa directory: {root}")
     stamp = tuple((p.name, p.stat().st_mtime_ns, p.stat().st_size) for p in paths)
     return _load(str(root.resolve()), stamp)
+
+
+def source(argument: str, seed: int) -> Source:
+    """Registry loader of ``medmnist-vqa:<dir>``: the files of the folder ``argument`` (no seed)."""
+    if not argument:
+        raise ValueError("dataset 'medmnist-vqa:' needs a directory: 'medmnist-vqa:<dir>'")
+    return load_medmnist_vqa(argument)

@@ -153,3 +153,13 @@ def load_synthetic_multilabel(seed: int) -> Source:
     order = rng.permutation(len(FINDINGS))  # which findings are common differs per seed
     train, test = _multilabel_split(rng, 400, order), _multilabel_split(rng, 100, order)
     return Source(train, test, FINDINGS, "multilabel")
+
+
+def source(argument: str, seed: int) -> Source:
+    """Registry loader of ``synthetic``: generated from the run's seed."""
+    return load_synthetic(seed)
+
+
+def multilabel_source(argument: str, seed: int) -> Source:
+    """Registry loader of ``synthetic-multilabel``: generated from the run's seed."""
+    return load_synthetic_multilabel(seed)

@@ -2,7 +2,7 @@
 
 A run-config key that a model (or the chosen adapter) would ignore stops the run before round 1
 with one line ``<key> = <value> is not supported by model <name>: <why>; use ...`` instead of being
-dropped. `tasks.build_model` calls it with the settings it knows; the server's `plan_run` calls it
+dropped. `tasks.build.build_model` calls it with the settings it knows; the server's `plan_run` calls it
 with every run setting after building the model, so a ConfigError names the key before round 1.
 """
 
@@ -11,11 +11,8 @@ from __future__ import annotations
 from torch import nn
 
 from tasks.models.base import FederatedVLM, is_under
+from tasks.models.registry import LORA_RANK, NUM_BLOCKS, parse_model
 
-NUM_BLOCKS = 4
-"""``num-blocks`` default (build_model's and pyproject's): N_B of PQ-LoRA, FedMosaic Eq. 7."""
-LORA_RANK = 8
-"""``lora-rank`` default: the LoRA / PQ-LoRA rank; adapter = "layer" has none."""
 _WRAPPERS = ("base_layer", "base")  # peft LoRA / FedMosaic modules keep the adapted Linear under these
 
 
@@ -40,8 +37,9 @@ def check_model_settings(name: str, model: FederatedVLM, quantization: str, shar
                          num_blocks: int = NUM_BLOCKS, lora_rank: int = LORA_RANK) -> None:
     """Refuse a setting ``model`` cannot honour instead of dropping it (issue 35), one line each.
 
-    * ``quantization``: only an image-text-to-text ``hf:<dir>`` checkpoint loads a 4-bit base
-      (`tasks.models.generative`), and a 4-bit base cannot be trained as adapter = "layer";
+    * ``quantization``: only a generator loaded from a checkpoint (an image-text-to-text
+      ``hf:<dir>``, `tasks.models.generative`) loads a 4-bit base, and a 4-bit base cannot be
+      trained as adapter = "layer";
     * ``head = "shared"``: a generator answers with its language head, it has no answer head;
     * ``score-mode = "logit"``: a generator's logits are (n, T, vocabulary), the "logit" NTK of
       Eq. 8 (`tasks.lntk`) takes one row per class of an (n, C) head;
@@ -60,7 +58,7 @@ def check_model_settings(name: str, model: FederatedVLM, quantization: str, shar
         raise ValueError(f"quantization = {quantization!r} is not supported by model {name!r} with adapter = "
                          "'layer': 4-bit weights cannot be trained; use adapter = 'lora' or "
                          "quantization = 'none'")
-    if quantization != "none" and not (name.startswith("hf:") and generative):
+    if quantization != "none" and not (parse_model(name)[0].checkpoint and generative):
         raise ValueError(f"quantization = {quantization!r} is not supported by model {name!r}: only "
                          "image-text-to-text hf:<dir> checkpoints load a 4-bit base; "
                          "use quantization = 'none'")

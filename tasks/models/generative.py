@@ -57,11 +57,12 @@ import torch.nn.functional as F
 from torch import nn
 
 from tasks.models.base import FederatedVLM, find_blocks
+from tasks.names import VLM_LAYERS
 
 if TYPE_CHECKING:
     from tasks.data import Sample
+    from tasks.models.registry import ModelSpec
 
-VLM_LAYERS: tuple[str, ...] = ("language", "vision", "both")
 IGNORE = -100  # label of every token that is not part of an answer
 # Token type of the answer where a processor gives token types: PaliGemma's suffix type 1 keeps the
 # answer out of its bidirectional prefix (type 0: image + prompt), which would let an answer token
@@ -361,19 +362,18 @@ def load_processor(path: Path, architecture: str):
 NO_PROCESSOR = SimpleNamespace(tokenizer=None, chat_template=None)
 
 
-def build_generative(path: Path, architecture: str, *, vlm_layers: str = "language",
-                     max_new_tokens: int = 0, dtype: torch.dtype = torch.float32,
-                     quantization: str = "none", gradient_checkpointing: bool = False,
-                     device: str = "cpu", base_weights: bool = True) -> GenerativeVLM:
-    """Load an image-text-to-text checkpoint and its processor from ``path``; with
-    ``base_weights=False`` (the coordinator, issue 35) no weight is read: the backbone is a
-    weightless `tasks.models.skeleton` of ``config.json`` with `NO_PROCESSOR`, and the processor is
-    only checked where the folder holds the weights too."""
+def build_generative(path: Path, architecture: str, spec: ModelSpec) -> GenerativeVLM:
+    """Load an image-text-to-text checkpoint and its processor from ``path`` with ``spec``'s
+    generative settings; with ``spec.base_weights=False`` (the coordinator, issue 35) no weight is
+    read: the backbone is a weightless `tasks.models.skeleton` of ``config.json`` with
+    `NO_PROCESSOR`, and the processor is only checked where the folder holds the weights too."""
     from transformers import AutoConfig, AutoModelForImageTextToText
 
-    from tasks.models.minilm_effnet import quiet_transformers
+    from tasks.models.hf_common import quiet_transformers
 
-    if not base_weights:
+    dtype = getattr(torch, spec.dtype)
+    vlm_layers, max_new_tokens = spec.vlm_layers, spec.max_new_tokens
+    if not spec.base_weights:
         from tasks.models.skeleton import skeleton
 
         if holds_weights(path):  # a site's complete folder (e.g. a simulation's): refuse a missing or
@@ -383,11 +383,11 @@ def build_generative(path: Path, architecture: str, *, vlm_layers: str = "langua
         return finish(GenerativeVLM(backbone, NO_PROCESSOR, vlm_layers, max_new_tokens), False)
     processor = load_processor(path, architecture)
     kwargs: dict = {"dtype": dtype}
-    if quantization == "4bit":
-        kwargs.update(quantization_config=four_bit_config(dtype, device), device_map={"": device})
+    if spec.quantization == "4bit":
+        kwargs.update(quantization_config=four_bit_config(dtype, spec.device), device_map={"": spec.device})
     with quiet_transformers():
         backbone = AutoModelForImageTextToText.from_pretrained(str(path), **kwargs)
-    return finish(GenerativeVLM(backbone, processor, vlm_layers, max_new_tokens), gradient_checkpointing)
+    return finish(GenerativeVLM(backbone, processor, vlm_layers, max_new_tokens), spec.gradient_checkpointing)
 
 
 def holds_weights(path: Path) -> bool:

@@ -29,11 +29,12 @@ import torch
 from transformers import AutoConfig, AutoModel, AutoTokenizer, PreTrainedModel, ViltConfig, ViltModel
 
 from tasks.models.base import FederatedVLM, additive_mask, find_blocks, images_to_tensor
-from tasks.models.minilm_effnet import minilm_tokenizer, quiet_transformers, tokenize
+from tasks.models.hf_common import minilm_tokenizer, quiet_transformers, tokenize
 from tasks.models.skeleton import skeleton
 
 if TYPE_CHECKING:
     from tasks.data import Sample
+    from tasks.models.registry import ModelSpec
 
 TINY_VILT = {
     "hidden_size": 32,
@@ -150,18 +151,21 @@ class GenericHFVLM(HFVLM):
         return hidden.mean(1)
 
 
-def build_tiny_vilt(num_outputs: int, task: str, large: bool = False) -> ViltVLM:
-    return ViltVLM(ViltModel(tiny_vilt_config(large)), num_outputs, task, minilm_tokenizer(), None)
+def build_tiny_vilt(spec: ModelSpec, num_outputs: int, task: str) -> ViltVLM:
+    """Registry builder of ``tiny-vilt`` (random weights from the caller's seed; ``large``: 48 wide)."""
+    return ViltVLM(ViltModel(tiny_vilt_config(spec.size == "large")), num_outputs, task, minilm_tokenizer(),
+                   None)
 
 
-def build_hf(directory: str, num_outputs: int, task: str, base_weights: bool = True,
-             **generative) -> FederatedVLM:
-    """The checkpoint in ``directory``: a generator (`tasks.models.generative`, with the
-    ``generative`` settings) if its architecture is image-text-to-text, else an encoder + head.
+def build_hf(spec: ModelSpec, num_outputs: int, task: str) -> FederatedVLM:
+    """Registry builder of ``hf:<dir>``: the checkpoint in the folder ``spec.argument``, a generator
+    (`tasks.models.generative`, with the spec's generative settings) if its architecture is
+    image-text-to-text, else an encoder + head.
 
-    ``base_weights=False`` is the coordinator's build (issue 35): the backbone comes from
+    ``spec.base_weights=False`` is the coordinator's build (issue 35): the backbone comes from
     ``config.json`` alone (`tasks.models.skeleton`), no weight file, tokenizer or processor is read, so only
     the adapters and the head injected afterwards hold memory."""
+    directory = spec.argument
     path = Path(directory).expanduser()
     if not path.is_dir():
         raise FileNotFoundError(f"hf model directory not found: {directory!r}")
@@ -172,8 +176,8 @@ def build_hf(directory: str, num_outputs: int, task: str, base_weights: bool = T
     config = AutoConfig.from_pretrained(str(path))
     architecture = generative_architecture(config)
     if architecture is not None:
-        return build_generative(path, architecture, base_weights=base_weights, **generative)
-    if not base_weights:
+        return build_generative(path, architecture, spec)
+    if not spec.base_weights:
         return (ViltVLM if config.model_type == "vilt" else GenericHFVLM)(
             skeleton(AutoModel, config), num_outputs, task, None, path)
     with quiet_transformers():

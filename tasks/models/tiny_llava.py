@@ -5,10 +5,16 @@ UTF-8 byte is a token, so any question or answer can be written) plus LLaVA's sp
 processor is `LlavaProcessor` with a CLIP image processor, and the chat template is LLaVA-1.5's
 ``USER: <image>\\n{question} ASSISTANT:``. The same parts build the tiny checkpoints of the tests
 (`byte_tokenizer`, `LLAVA_TEMPLATE`). Weights are drawn from the caller's seeded generator
-(`tasks.models.build_model`), so every client and the server build the same model.
+(`tasks.build.build_model`), so every client and the server build the same model.
 """
 
 from __future__ import annotations
+
+from typing import TYPE_CHECKING
+
+if TYPE_CHECKING:
+    from tasks.models.generative import GenerativeVLM
+    from tasks.models.registry import ModelSpec
 
 LLAVA_TEMPLATE = (
     "{% for m in messages %}{% if m['role'] == 'user' %}USER: "
@@ -44,7 +50,7 @@ def llava_processor(tokenizer=None):
     """`LlavaProcessor` for 32 x 32 images in 8 x 8 patches (16 image tokens)."""
     from transformers import CLIPImageProcessor, LlavaProcessor
 
-    from tasks.models.minilm_effnet import quiet_transformers
+    from tasks.models.hf_common import quiet_transformers
 
     with quiet_transformers():
         images = CLIPImageProcessor(size={"shortest_edge": 32}, crop_size={"height": 32, "width": 32})
@@ -66,3 +72,15 @@ def tiny_llava(processor=None):
         image_token_index=tok.convert_tokens_to_ids("<image>"), vision_feature_select_strategy="default",
         vision_feature_layer=-1)
     return LlavaForConditionalGeneration(config), processor
+
+
+def build(spec: ModelSpec, num_outputs: int, task: str) -> GenerativeVLM:
+    """Registry builder of ``tiny-llava``: `tiny_llava` in ``spec.dtype`` as a frozen `GenerativeVLM`
+    (a generator has no answer head: ``num_outputs`` and ``task`` are the data set's, unused)."""
+    import torch
+
+    from tasks.models.generative import GenerativeVLM, finish
+
+    backbone, processor = tiny_llava()
+    return finish(GenerativeVLM(backbone.to(getattr(torch, spec.dtype)), processor, spec.vlm_layers,
+                                spec.max_new_tokens), spec.gradient_checkpointing)

@@ -30,8 +30,7 @@ def main(num: int, overrides: dict[str, str]) -> None:
     parts = [client_partition(config, config.dataset, p, num) for p in range(num)]
     print("question types per client:", [sorted({s.qtype for s in p.train}) for p in parts])
     classes = len(parts[0].labels)
-    frozen = _frozen(config.model, classes, parts[0].task, config.seed, "cpu",
-                     tuple(config.model_kwargs("cpu").items()))
+    frozen = _frozen(config.model_spec("cpu"), classes, parts[0].task)
     grads = np.stack([np.mean([last_layer_gradient(frozen, p.train[i:i + 16]) for i in range(0, 64, 16)], 0)
                       for p in parts])
     np.set_printoptions(precision=3, suppress=True)
