@@ -75,6 +75,33 @@ def test_project_has_no_import_cycle():
     assert cycle is None, "import cycle: " + " -> ".join(cycle)
 
 
+def package_graph(graph: dict[str, set[str]], root: str) -> dict[str, set[str]]:
+    """The arrows between the parts of package ``root``: its modules and sub-packages, each
+    sub-package one node (``tasks.models.hf`` counts as ``tasks.models``)."""
+    depth = root.count(".") + 2
+
+    def part(module: str) -> str | None:
+        inside = module == root or module.startswith(root + ".")
+        return ".".join(module.split(".")[:depth]) if inside else None
+
+    parts: dict[str, set[str]] = {}
+    for module, edges in graph.items():
+        if (own := part(module)) is not None:
+            parts.setdefault(own, set()).update(p for e in edges if (p := part(e)) not in (None, own))
+    return parts
+
+
+def test_tasks_parts_import_one_way():
+    """No arrow back up inside tasks/ (issue 36): the model families, FedMosaic's modules and the
+    adapters read `tasks.models.base`; only `tasks.build` puts a model and its adapters together,
+    so no sub-package reaches back into one that reads it."""
+    parts = package_graph(import_graph(ROOT), "tasks")
+    assert {"tasks.models", "tasks.mosaic", "tasks.adapters", "tasks.build"} <= parts.keys()
+    assert "tasks.adapters" in parts["tasks.build"] and "tasks.models" in parts["tasks.mosaic"]
+    cycle = find_cycle(parts)
+    assert cycle is None, "arrow back up inside tasks/: " + " -> ".join(cycle)
+
+
 @pytest.mark.parametrize(
     ("a_text", "b_text"),
     [
