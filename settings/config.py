@@ -22,7 +22,7 @@ from tasks.data.mixed import PREFIX as MIXED_PREFIX
 from tasks.data.mixed import parse_mixed
 from tasks.data.partition import parse_partitioner
 from tasks.models import registry as model_registry
-from tasks.names import ADAPTERS, DTYPES, VLM_LAYERS, parse_name
+from tasks.names import ADAPTERS, DTYPES, SCORE_MODES, VLM_LAYERS, parse_name
 
 PROJECT_ROOT = Path(__file__).resolve().parent.parent
 OPTIMIZERS = SEARCHES  # the optimising algorithms, not the references (topk, random, last)
@@ -41,7 +41,7 @@ CHOICES = {
     "optimizer": OPTIMIZERS,
     "optimizer-pick": ("weighted", "knee"),
     "adapter": ADAPTERS,
-    "score-mode": ("loss", "logit", "paper"),
+    "score-mode": SCORE_MODES,
     "vlm-layers": VLM_LAYERS,
     "dtype": DTYPES,
     "quantization": ("none", "4bit"),

@@ -17,8 +17,9 @@ __getattr__, __dir__, __all__ = lazy_loader.attach(__name__, submod_attrs={
     "build": ["build_model"],
     "data": ["DATASETS", "PARTITIONERS", "Partition", "Sample", "load_partition", "majority_accuracy"],
     "device": ["resolve_device"],
-    "lntk": ["MODES", "LayerScores", "layer_scores"],
+    "lntk": ["LayerScores", "layer_scores"],
     "models": ["MODELS", "FederatedVLM", "ModelSpec"],
+    "names": ["SCORE_MODES"],
     "scores": ["score_layers"],
     "train": ["evaluate", "round_lr", "train"],  # `tasks.train`: the function (lazy_loader's guard)
 })

@@ -61,11 +61,11 @@ from tasks.adapters import layer_parameter_names
 from tasks.lntk_hooks import NotHookable, hook_sites, hooked_grams
 from tasks.models.base import FederatedVLM
 from tasks.models.generative import split_inputs
+from tasks.names import SCORE_MODES
 
 if TYPE_CHECKING:
     from tasks.data import Sample
 
-MODES: tuple[str, ...] = ("loss", "logit", "paper")
 LANCZOS_ABOVE = 512  # Gram matrices with more rows use Lanczos for λ₁
 
 Params = dict[str, torch.Tensor]
@@ -109,8 +109,8 @@ def check_mode(model: FederatedVLM, mode: str) -> None:
     whose logits are (n, T, vocabulary) where Eq. 8's logit NTK takes the C classes of an (n, C)
     head (T·V rows per sample: not a layer score one can afford). tasks.models.check_model_settings
     refuses the same setting before round 1."""
-    if mode not in MODES:
-        raise ValueError(f"unknown LNTK mode {mode!r}; choose one of {', '.join(MODES)}")
+    if mode not in SCORE_MODES:
+        raise ValueError(f"unknown LNTK mode {mode!r}; choose one of {', '.join(SCORE_MODES)}")
     if mode == "logit" and model.generative:
         raise ValueError(f"score-mode = 'logit' cannot score generator {type(model).__name__}: its logits "
                          "are per token over its vocabulary; use score-mode = 'loss' or 'paper'")

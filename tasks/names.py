@@ -15,6 +15,8 @@ ADAPTERS: tuple[str, ...] = ("lora", "layer", "pq-lora")
 """Run setting ``adapter`` (`tasks.adapters.apply_adapter`)."""
 VLM_LAYERS: tuple[str, ...] = ("language", "vision", "both")
 """Run setting ``vlm-layers``: a generator's selectable blocks (`tasks.models.generative`)."""
+SCORE_MODES: tuple[str, ...] = ("loss", "logit", "paper")
+"""Run setting ``score-mode``: the LNTK of a layer (`tasks.lntk.layer_scores`)."""
 DTYPES: tuple[str, ...] = ("auto", "float32", "bfloat16", "float16")
 """Run setting ``dtype`` of a generative model's frozen weights (``auto``: bfloat16 on a CUDA device
 that supports it, else float32); adapters are float32 whatever it is."""

@@ -2,6 +2,9 @@
 
 from __future__ import annotations
 
+import ast
+from pathlib import Path
+
 import numpy as np
 import pytest
 import torch
@@ -11,6 +14,9 @@ from transformers import GitConfig, GitModel, ViltModel
 from tasks import MODELS, ModelSpec, Sample, build_model, get_layer_state, get_personal_state
 from tasks.models.base import find_blocks
 from tasks.models.hf import tiny_vilt_config
+from tasks.models.registry import REGISTRY, parse_model
+
+ROOT = Path(__file__).resolve().parents[1]
 
 
 def make_samples(n: int, size: int = 48, seed: int = 0, classes: int = 5) -> list[Sample]:
@@ -29,6 +35,24 @@ def make_samples(n: int, size: int = 48, seed: int = 0, classes: int = 5) -> lis
 
 def test_registry_names():
     assert MODELS == ("minilm-effnet", "tiny-vilt", "tiny-llava", "hf:<local dir>")
+
+
+def test_parse_model_reads_every_name_and_is_the_only_reader_of_hf():
+    """`parse_model` gives a name's entry and argument; a pattern needs its argument; a size the
+    entry does not build is refused by the spec. No other module spells the ``hf:`` prefix."""
+    assert parse_model("tiny-vilt") == (REGISTRY["tiny-vilt"], "")
+    assert parse_model("hf:~/ckpt:v2") == (REGISTRY["hf:<local dir>"], "~/ckpt:v2")
+    assert ModelSpec("hf:/x", lora_targets=["q"]).argument == "/x"  # a list becomes a (hashable) tuple
+    for bad in ("hf:", "hf", "tiny-vilt ", None):
+        with pytest.raises(ValueError, match=f"unknown model {bad!r}; choose one of minilm-effnet"):
+            parse_model(bad)
+    with pytest.raises(ValueError, match="size 'large' is unknown for 'tiny-llava'; choose one of base$"):
+        ModelSpec("tiny-llava", size="large")
+    spelled = [str(path.relative_to(ROOT)) for path in ROOT.rglob("*.py")
+               if not path.is_relative_to(ROOT / "tests") and ".venv" not in path.parts
+               and any(isinstance(node, ast.Constant) and node.value == "hf:"
+                       for node in ast.walk(ast.parse(path.read_text())))]
+    assert spelled == []
 
 
 def test_tiny_vilt_shapes_and_layers():
