@@ -14,11 +14,12 @@ from settings.config import RunConfig
 from settings.errors import ConfigError
 from tasks.data.mixed import PREFIX as MIXED_PREFIX
 from tasks.data.mixed import parse_mixed
+from tasks.data.registry import REGISTRY
 from tasks.models.registry import parse_model
 
-# "<name>:<dir>[?options]" data sets read from a local folder, and a file pattern the folder must hold
-FOLDER_DATASETS = {"medmnist-vqa": ("*.npz",),
-                   "hf-disk": ("dataset_dict.json", "state.json")}  # save_to_disk: DatasetDict / Dataset
+# "<name>:<dir>[?options]" data sets read from a local folder, and the file patterns the folder must
+# hold: the registry entries with ``files`` (`tasks.data.registry`)
+FOLDER_DATASETS = {name.partition(":")[0]: entry.files for name, entry in REGISTRY.items() if entry.files}
 
 
 def available_cores() -> int:

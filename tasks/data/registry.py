@@ -1,4 +1,4 @@
-"""The data set registry, importable without the loaders (PIL, easy-vqa, datasets): `tasks.names`.
+"""The data set registry, importable without the loaders (PIL, easy-vqa, datasets), as `tasks.names`.
 
 A data set is one `REGISTRY` entry: its name (a pattern such as ``"medmnist-vqa:<dir>"`` is its
 prefix and an argument) maps to the ``"module:attr"`` of its source loader, imported on first
@@ -23,10 +23,13 @@ class DatasetEntry:
 
     ``source``: ``"module:attr"`` of its loader, or "" for a mixture of other entries, which
     `tasks.data.mixed` composes from their partitions; ``modalities``: client i sees the images
-    through modality transform i mod 8 (`tasks.data.transforms`)."""
+    through modality transform i mod 8 (`tasks.data.transforms`); ``files``: the argument is a folder
+    that must hold one of these file patterns, which each site checks before round 1
+    (`settings.local`)."""
 
     source: str
     modalities: bool = False
+    files: tuple[str, ...] = ()
 
     def load(self) -> Callable:
         """The source loader (its module is imported here, on first use)."""
@@ -40,8 +43,10 @@ REGISTRY: dict[str, DatasetEntry] = {
     "easy-vqa-yes-no": DatasetEntry("tasks.data.easyvqa:yes_no_source"),
     "synthetic": DatasetEntry("tasks.data.synthetic:source"),
     "synthetic-multilabel": DatasetEntry("tasks.data.synthetic:multilabel_source"),
-    "medmnist-vqa:<dir>": DatasetEntry("tasks.data.medmnist:source"),
-    "hf-disk:<dir>[?<option>=<value>&...]": DatasetEntry("tasks.data.hfdisk:source"),
+    "medmnist-vqa:<dir>": DatasetEntry("tasks.data.medmnist:source", files=("*.npz",)),
+    # save_to_disk writes a DatasetDict's dataset_dict.json or a Dataset's state.json
+    "hf-disk:<dir>[?<option>=<value>&...]": DatasetEntry("tasks.data.hfdisk:source",
+                                                        files=("dataset_dict.json", "state.json")),
     "mixed:<dataset>+<dataset>[+...]": DatasetEntry(""),
 }
 DATASETS: tuple[str, ...] = tuple(REGISTRY)

@@ -1,4 +1,4 @@
-"""The model registry and the model settings, importable without torch (`tasks.names`).
+"""The model registry and the model settings, importable without torch, as `tasks.names`.
 
 A model is one `REGISTRY` entry: its name (``"hf:<local dir>"`` is a pattern: ``hf:`` and a folder)
 maps to the ``"module:attr"`` of its builder, imported on first build, as transformers' Auto
