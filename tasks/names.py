@@ -9,7 +9,8 @@ The model and data set names are the keys of their registries (`tasks.models.reg
 
 from __future__ import annotations
 
-from collections.abc import Iterable
+import importlib
+from collections.abc import Callable, Iterable
 
 ADAPTERS: tuple[str, ...] = ("lora", "layer", "pq-lora")
 """Run setting ``adapter`` (`tasks.adapters.apply_adapter`)."""
@@ -42,3 +43,9 @@ def parse_name(value: object, names: Iterable[str], kind: str, empty: bool = Fal
             if pattern and value.startswith(prefix) and (empty or len(value) > len(prefix)):
                 return name, value[len(prefix):]
     raise ValueError(f"unknown {kind} {value!r}; choose one of {', '.join(names)}")
+
+
+def load_attr(target: str) -> Callable:
+    """The object a registry names as ``"module:attr"``, its module imported here, on first use."""
+    module, _, attr = target.partition(":")
+    return getattr(importlib.import_module(module), attr)

@@ -10,11 +10,10 @@ same way for every entry.
 
 from __future__ import annotations
 
-import importlib
 from collections.abc import Callable
 from dataclasses import dataclass
 
-from tasks.names import parse_name
+from tasks.names import load_attr, parse_name
 
 
 @dataclass(frozen=True)
@@ -33,8 +32,7 @@ class DatasetEntry:
 
     def load(self) -> Callable:
         """The source loader (its module is imported here, on first use)."""
-        module, _, attr = self.source.partition(":")
-        return getattr(importlib.import_module(module), attr)
+        return load_attr(self.source)
 
 
 REGISTRY: dict[str, DatasetEntry] = {

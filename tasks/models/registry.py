@@ -14,11 +14,10 @@ passed where a model is built; `parse_model` is the one reader of a model name.
 
 from __future__ import annotations
 
-import importlib
 from collections.abc import Callable
 from dataclasses import dataclass
 
-from tasks.names import ADAPTERS, MODEL_SIZES, parse_name
+from tasks.names import ADAPTERS, MODEL_SIZES, load_attr, parse_name
 
 LORA_RANK = 8
 """``lora-rank`` default (`ModelSpec`'s and pyproject's): the LoRA / PQ-LoRA rank."""
@@ -42,8 +41,7 @@ class ModelEntry:
 
     def load(self) -> Callable:
         """The build function (its module is imported here, on first use)."""
-        module, _, attr = self.builder.partition(":")
-        return getattr(importlib.import_module(module), attr)
+        return load_attr(self.builder)
 
 
 REGISTRY: dict[str, ModelEntry] = {
