@@ -5,25 +5,24 @@ from __future__ import annotations
 import os
 import time
 from dataclasses import dataclass, field
-from functools import partial, update_wrapper
 from logging import ERROR, INFO, getLogger
 from pathlib import Path
 
 from flwr.app import Context
 from flwr.serverapp import Grid, ServerApp
 
+import methods
 import tasks
 from flower_compat import FlowerVersionError, check_version
 from server_app.results import Recorder, load_checkpoint
 from settings import ConfigError, RunConfig, check_budgets, check_model_here
-from settings.config import parse_groups
-from strategies import AGGREGATIONS, SELECTIONS, Aggregator, LayerSelectionStrategy, make_rule
+from strategies import Aggregator, LayerSelectionStrategy, make_rule
 from strategies.records import State, to_record
 
 log = getLogger("flwr").log  # Flower's logger: its handlers reach the console and `flwr run --stream`
 
 app = ServerApp()
-STRATEGIES = tuple(SELECTIONS)
+STRATEGIES = tuple(methods.SELECTIONS)
 
 
 def run_directory(config: RunConfig) -> Path:
@@ -63,7 +62,7 @@ def plan_run(config: RunConfig) -> RunPlan:
     try:
         model = tasks.build_model(config.model, answer_count(config), adapter=config.adapter,
                                   lora_rank=config.lora_rank, seed=config.seed,
-                                  gated=config.aggregation == "sima", num_blocks=config.num_blocks,
+                                  gated=config.method.needs_gated_model, num_blocks=config.num_blocks,
                                   **config.model_kwargs(client=False))
         # the server's model is unquantised and weightless: check the clients' settings against it here
         from tasks.models import check_model_settings  # torch: only once a model is built
@@ -114,29 +113,16 @@ def answer_count(config: RunConfig) -> int:
 
 
 def aggregator_for(config: RunConfig) -> Aggregator:
-    """The run's aggregator with its own run-config settings bound as keywords: FedPIA's γ,
-    integration form, server alignment (off at ``fedpia-level = "client"``) and its iterations;
-    SIMA's τ; the group oracle's client groups."""
-    keywords = {
-        "fedpia": lambda: {"gamma": config.fedpia_gamma, "integration": config.fedpia_integration,
-                           "align": config.fedpia_level != "client", "iterations": config.fedpia_iterations},
-        "sima": lambda: {"tau": config.sima_tau},
-        "group-oracle": lambda: {"groups": parse_groups(config.client_groups)},
-    }
-    aggregator = AGGREGATIONS[config.aggregation]
-    if config.aggregation not in keywords:
-        return aggregator
-    return update_wrapper(partial(aggregator, **keywords[config.aggregation]()), aggregator)
+    """The run's aggregator: its registry entry's server step bound with the method's own settings
+    (`methods.base.Aggregation.server_step`)."""
+    return config.method.server_step(config.method_settings, config)
 
 
 def build_strategy(config: RunConfig, num_layers: int, recorder: Recorder) -> LayerSelectionStrategy:
     """The one round of every run (`strategies.layer_selection`) with its two axes from the run
-    config: the selection rule of ``strategy`` (`strategies.selection.SELECTIONS`) and the
-    aggregator of ``aggregation`` (`strategies.aggregation.AGGREGATIONS`), plus the run's training
-    and scoring settings."""
-    rule = make_rule(config.strategy, config.optimizer,
-                     {"pop_size": config.optimizer_pop_size, "n_gen": config.optimizer_generations,
-                      "pick": config.optimizer_pick})
+    config: the selection rule of ``strategy`` and the aggregator of ``aggregation`` (their
+    `methods` entries, each with its own settings), plus the run's training and scoring settings."""
+    rule = make_rule(config.strategy, config.optimizer, config.rule_settings.server_keywords(config))
     return LayerSelectionStrategy(
         rule, num_layers,
         aggregator=aggregator_for(config),
