@@ -22,7 +22,7 @@ from strategies.records import State, to_record
 log = getLogger("flwr").log  # Flower's logger: its handlers reach the console and `flwr run --stream`
 
 app = ServerApp()
-STRATEGIES = tuple(methods.SELECTIONS)
+STRATEGIES = tuple(methods.SELECTIONS)  # the sweep's default list (run_simulation.py)
 
 
 def run_directory(config: RunConfig) -> Path:
@@ -146,7 +146,7 @@ def main(grid: Grid, context: Context) -> None:
     federation."""
     try:
         check_version(what="installed for the ServerApp")
-        config = RunConfig.from_mapping(context.run_config, strategies=STRATEGIES)
+        config = RunConfig.from_mapping(context.run_config)
         plan = plan_run(config)
     except ConfigError as err:
         reason = str(err) if isinstance(err, FlowerVersionError) else f"Invalid run configuration: {err}"
