@@ -70,7 +70,7 @@ def train(msg: Message, context: Context) -> Message:
     config = msg.content["config"]
     server_round = int(config["server-round"])
     num_layers = len(setup.model.layer_names)
-    rule = setup.config.rule
+    rule = setup.config.selection
     budget = reported_budget(setup, context) if rule.needs_budget else num_layers
     layers = check_mask(config["mask"], num_layers, budget, heads_only=not rule.trains_adapter)
     received = from_record(msg.content["arrays"])

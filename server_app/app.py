@@ -122,7 +122,7 @@ def build_strategy(config: RunConfig, num_layers: int, recorder: Recorder) -> La
     """The one round of every run (`strategies.layer_selection`) with its two axes from the run
     config: the selection rule of ``strategy`` and the aggregator of ``aggregation`` (their
     `methods` entries, each with its own settings), plus the run's training and scoring settings."""
-    rule = make_rule(config.strategy, config.optimizer, config.rule_settings.server_keywords(config))
+    rule = make_rule(config.strategy, config.optimizer, config.selection_settings.server_keywords(config))
     return LayerSelectionStrategy(
         rule, num_layers,
         aggregator=aggregator_for(config),

@@ -4,6 +4,11 @@ The defaults live only in ``pyproject.toml``; this module checks every value's t
 syntax (data set and model names, partitioner and its γ, device name, budgets) without touching
 files or hardware, so that a bad setting stops the run before round 1 with one line naming the key
 and the value. Checks that depend on the machine are in `settings.local`.
+
+Each key has one owner: `RunConfig` owns the run-wide keys; a method's own keys (``fedpia-*``,
+``sima-*``, ``optimizer-*``) belong to its settings dataclass in its `methods` registry entry, which
+parses and checks them (`RunConfig.owned`); ``strategy`` and ``aggregation`` name entries, and an
+entry checks what it needs of the run (e.g. SIMA's adapters, the group oracle's ``client-groups``).
 """
 
 from __future__ import annotations
@@ -170,7 +175,7 @@ class RunConfig:
         return methods.AGGREGATIONS[self.aggregation]
 
     @property
-    def rule(self) -> Selection:
+    def selection(self) -> Selection:
         """The registry entry of ``strategy`` (`methods.SELECTIONS`)."""
         return methods.SELECTIONS[self.strategy]
 
@@ -183,7 +188,7 @@ class RunConfig:
         return self.settings_of(self.method.settings)
 
     @property
-    def rule_settings(self) -> MethodSettings:
+    def selection_settings(self) -> MethodSettings:
         return self.settings_of(self.rule.settings)
 
     @property

@@ -65,7 +65,7 @@ def test_an_entry_states_what_it_needs_of_the_run():
     config = RunConfig.from_mapping({**default_config(), "aggregation": "sima"})
     assert config.method.needs_gated_model
     assert not RunConfig.from_mapping(default_config()).method.needs_gated_model
-    assert (config.method_settings.tau, config.rule_settings.pop_size) == (0.5, 50)
+    assert (config.method_settings.tau, config.selection_settings.pop_size) == (0.5, 50)
 
 
 def name_comparisons(source: str) -> list[str]:
