@@ -189,7 +189,7 @@ class RunConfig:
 
     @property
     def selection_settings(self) -> MethodSettings:
-        return self.settings_of(self.rule.settings)
+        return self.settings_of(self.selection.settings)
 
     @property
     def groups(self) -> list[int]:
