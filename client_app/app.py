@@ -13,11 +13,11 @@ from flwr.app import Context, Message, MetricRecord, RecordDict
 from flwr.clientapp import ClientApp
 
 import tasks
+from client_app.hooks import TrainStep, client_hook
 from client_app.personal import save_personal
 from client_app.replies import check_mask, error_replies
 from client_app.runtime import client_setup, load_global, reported_budget, resolve_budget
 from client_app.worker import site_mod
-from settings import ALL_LAYERS, HEADS_ONLY
 from strategies.records import RUNTIME, from_record, runtime_record, to_record
 
 # error_replies outermost: a setting the site cannot use is an error reply, wherever it ran;
@@ -63,25 +63,23 @@ def lntk(msg: Message, context: Context) -> Message:
 @app.train()
 def train(msg: Message, context: Context) -> Message:
     """Train only the assigned layers (+ own head); send back only those layers' adapters (none
-    at all with ``strategy = "none"``: an empty mask, only the head trains). With FedPIA's
-    client-level PIA (`client_app.pia`) the assigned layers train as local + aligned global
-    adapters and the upload is their integration."""
+    at all with a rule that trains no adapter: an empty mask, only the head trains). The run's
+    aggregation adds its client work through its hook (`client_app.hooks`), e.g. FedPIA's
+    client-level PIA trains local + aligned global adapters and uploads their integration."""
     setup = client_setup(context)
     config = msg.content["config"]
     server_round = int(config["server-round"])
     num_layers = len(setup.model.layer_names)
-    budget = num_layers if setup.config.strategy == ALL_LAYERS else reported_budget(setup, context)
-    layers = check_mask(config["mask"], num_layers, budget, heads_only=setup.config.strategy == HEADS_ONLY)
-    from client_app import pia as client_pia  # the ML stack: only where a handler runs (worker)
-    from client_app.mosaic import sima_tracker, with_vector
-
+    rule = setup.config.selection
+    budget = reported_budget(setup, context) if rule.needs_budget else num_layers
+    layers = check_mask(config["mask"], num_layers, budget, heads_only=not rule.trains_adapter)
     received = from_record(msg.content["arrays"])
     stored = load_global(setup, context, received, str(config["run-dir"]), before=server_round)
-    tracker = sima_tracker(setup, stored)
-    pia = client_pia.prepare(setup, context, received, layers, str(config["run-dir"]), server_round)
+    hook = client_hook(TrainStep(setup, context, received, stored, layers, str(config["run-dir"]),
+                                 server_round))
     mask = np.zeros(len(setup.model.layer_names), dtype=bool)
     mask[layers] = True
-    with client_pia.combined(pia, setup):
+    with hook.training():
         metrics = tasks.train(
             setup.model, setup.partition.train, mask,
             steps=int(config["local-steps"]), batch_size=int(config["batch-size"]),
@@ -90,15 +88,12 @@ def train(msg: Message, context: Context) -> Message:
             seed=setup.config.seed * 1_000_003 + server_round * 1_009
             + setup.partition_id,
             device=setup.device,
-            on_batch=tracker,
+            on_batch=hook.on_batch,
         )
-    upload, local = tasks.get_layer_state(setup.model, layers), None
-    if pia is not None:
-        upload, local = pia.finish(upload)
     reply = {**metrics, "num-examples": len(setup.partition.train),
              "partition-id": setup.partition_id}
     personal = tasks.get_personal_state(setup.model)
-    with_vector(tracker, personal, reply)
+    upload, local = hook.finish(tasks.get_layer_state(setup.model, layers), personal, reply)
     save_personal(context, personal, server_round, str(config["run-dir"]), local=local)
     arrays = to_record(upload)
     return Message(RecordDict({"arrays": arrays, "metrics": MetricRecord(reply)}), reply_to=msg)

@@ -1,6 +1,7 @@
 """FedMosaic on the client: SIMA's decayed gradient and the 'Others' accuracy (paper §4.1, §5).
 
-* `sima_tracker`: with ``aggregation = "sima"``, the Eq. 4 tracker on the shared frozen model
+* `start`: SIMA's client hook (`client_app.hooks`, named by its registry entry in `methods`), the
+  Eq. 4 tracker on the shared frozen model
   (the ``base``-size model without adapters, one seeded copy per process), continuing from the
   vector this client stored with its personal state in an earlier round (kill-safe and resumable
   like the head, `client_app.personal`).
@@ -16,11 +17,15 @@ from __future__ import annotations
 
 from dataclasses import replace
 from functools import lru_cache
+from typing import Any
 
 import numpy as np
 
 import tasks
+from client_app.hooks import ClientHook, TrainStep
 from client_app.runtime import ClientSetup, client_partition
+from methods.options import SimaSettings
+from strategies.records import State
 from tasks.mosaic import SimaTracker
 from tasks.names import MODEL_SIZES, SIMA_VECTOR
 
@@ -32,22 +37,30 @@ def _frozen(spec: tasks.ModelSpec, num_outputs: int, task: str) -> tasks.Federat
     return model
 
 
-def sima_tracker(setup: ClientSetup, stored: dict[str, np.ndarray]) -> SimaTracker | None:
-    """The SIMA gradient tracker of this round, or None when the run does not aggregate by SIMA."""
-    config = setup.config
-    if config.aggregation != "sima":
-        return None
+class SimaHook(ClientHook):
+    """SIMA's tracker sees every training batch; its vector goes with the personal state and the
+    reply."""
+
+    def __init__(self, tracker: SimaTracker) -> None:
+        self.tracker = self.on_batch = tracker
+
+    def finish(self, upload: State, personal: dict[str, np.ndarray], reply: dict[str, Any]
+               ) -> tuple[State, None]:
+        """Store ĝ with the client's personal state and send it, column-normalised, with the train
+        reply (`tasks.mosaic.sima`: the official per-column similarity)."""
+        if self.tracker.vector is not None:
+            personal[SIMA_VECTOR] = self.tracker.vector
+            reply[SIMA_VECTOR] = [float(v) for v in self.tracker.shared()]
+        return upload, None
+
+
+def start(step: TrainStep, settings: SimaSettings) -> SimaHook:
+    """This round's SIMA tracker, continuing from the vector the client stored."""
+    setup, config = step.setup, step.setup.config
     frozen = _frozen(config.model_spec(setup.device), len(setup.partition.labels), setup.partition.task)
     frozen.answers = setup.model.answers
-    return SimaTracker(frozen, ema=config.sima_ema, freq=config.sima_freq, previous=stored.get(SIMA_VECTOR))
-
-
-def with_vector(tracker: SimaTracker | None, personal: dict, reply: dict) -> None:
-    """Store ĝ with the client's personal state and send it, column-normalised, with the train reply
-    (`tasks.mosaic.sima`: the official per-column similarity)."""
-    if tracker is not None and tracker.vector is not None:
-        personal[SIMA_VECTOR] = tracker.vector
-        reply[SIMA_VECTOR] = [float(v) for v in tracker.shared()]
+    return SimaHook(SimaTracker(frozen, ema=settings.ema, freq=settings.freq,
+                                previous=step.stored.get(SIMA_VECTOR)))
 
 
 def others_metrics(setup: ClientSetup, server_round: int) -> dict[str, float]:

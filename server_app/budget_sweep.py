@@ -23,10 +23,13 @@ from pathlib import Path
 
 import numpy as np
 
+from methods import SELECTIONS
 from server_app.report import load_runs, mean_std, plus_minus, pyplot, run_metrics, save_figure
-from settings import ALL_LAYERS, HEADS_ONLY, parse_budgets
+from settings import parse_budgets
 
-BAND_STYLES = {ALL_LAYERS: "--", HEADS_ONLY: ":"}  # strategies whose layers do not depend on k
+# strategies whose layers do not depend on k: budget-free (every layer) and adapter-free (none)
+BAND_STYLES = {name: "--" if entry.trains_adapter else ":" for name, entry in SELECTIONS.items()
+               if not (entry.needs_budget and entry.trains_adapter)}
 
 
 def uniform_budget(experiment_dir: Path) -> tuple[int, dict[str, list[float]]]:

@@ -15,13 +15,11 @@ from settings.budgets import (
     parse_budget,
     parse_budgets,
 )
-from settings.config import ALL_LAYERS, HEADS_ONLY, PROJECT_ROOT, RunConfig, default_config
+from settings.config import PROJECT_ROOT, RunConfig, default_config
 from settings.errors import ConfigError
 from settings.local import check_data_here, check_device_here, check_here, check_model_here
 
 __all__ = [
-    "ALL_LAYERS",
-    "HEADS_ONLY",
     "PROJECT_ROOT",
     "Budget",
     "ConfigError",

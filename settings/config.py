@@ -4,6 +4,11 @@ The defaults live only in ``pyproject.toml``; this module checks every value's t
 syntax (data set and model names, partitioner and its γ, device name, budgets) without touching
 files or hardware, so that a bad setting stops the run before round 1 with one line naming the key
 and the value. Checks that depend on the machine are in `settings.local`.
+
+Each key has one owner: `RunConfig` owns the run-wide keys; a method's own keys (``fedpia-*``,
+``sima-*``, ``optimizer-*``) belong to its settings dataclass in its `methods` registry entry, which
+parses and checks them (`RunConfig.owned`); ``strategy`` and ``aggregation`` name entries, and an
+entry checks what it needs of the run (e.g. SIMA's adapters, the group oracle's ``client-groups``).
 """
 
 from __future__ import annotations
@@ -11,10 +16,12 @@ from __future__ import annotations
 import re
 import tomllib
 from collections.abc import Iterable, Mapping, Sequence
-from dataclasses import dataclass, fields
+from dataclasses import dataclass, field, fields
 from pathlib import Path
 
+import methods
 from metaheuristics.names import SEARCHES
+from methods.base import Aggregation, MethodSettings, Selection, check_value
 from settings.budgets import parse_budgets
 from settings.errors import ConfigError
 from tasks.data import registry as data_registry
@@ -26,20 +33,8 @@ from tasks.names import ADAPTERS, DTYPES, SCORE_MODES, VLM_LAYERS, parse_name
 
 PROJECT_ROOT = Path(__file__).resolve().parent.parent
 OPTIMIZERS = SEARCHES  # the optimising algorithms, not the references (topk, random, last)
-AGGREGATIONS = ("masked-fedavg", "fedpia", "sima", "local", "group-oracle")
-"""Names of `strategies.aggregation.AGGREGATIONS`, kept here so that settings (read by both apps)
-need not import the server's strategies; tests/test_selection_registry.py keeps the two equal."""
-HEADS_ONLY = "none"
-"""The strategy that trains no adapter (only the clients' heads): its train masks are empty."""
-ALL_LAYERS = "all"
-"""The budget-free upper reference: every client trains every layer, whatever its budget."""
 CHOICES = {
-    "aggregation": AGGREGATIONS,
-    "fedpia-integration": ("normalised", "paper"),
-    "fedpia-level": ("both", "server", "client"),
-    "fedpia-client-cost": ("activation", "weight"),
     "optimizer": OPTIMIZERS,
-    "optimizer-pick": ("weighted", "knee"),
     "adapter": ADAPTERS,
     "score-mode": SCORE_MODES,
     "vlm-layers": VLM_LAYERS,
@@ -48,19 +43,18 @@ CHOICES = {
     "head": ("private", "shared"),
     "group-conflict": ("none", "answers"),
 }
+"""The run-wide keys' choices; ``strategy`` and ``aggregation`` are the registries' names (`methods`),
+and each method's own keys are checked by its settings dataclass (`methods.options`)."""
 # (low, high) bounds; None = unbounded on that side
 BOUNDS = {
-    "num-server-rounds": (1, None), "optimizer-pop-size": (2, None),
-    "optimizer-generations": (1, None), "lora-rank": (1, None), "max-train-samples": (0, None),
+    "num-server-rounds": (1, None), "lora-rank": (1, None), "max-train-samples": (0, None),
     "max-test-samples": (0, None), "local-steps": (1, None), "batch-size": (1, None),
     "score-batch-size": (1, None), "min-nodes": (1, None), "lr": (0.0, None),
     "head-lr": (0.0, None), "weight-decay": (0.0, None), "warmup-fraction": (0.0, 1.0),
     "fraction-train": (0.0, 1.0), "fraction-evaluate": (0.0, 1.0), "round-timeout": (0.0, None),
-    "seed": (0, None), "fedpia-gamma": (0.0, None), "fedpia-samples": (1, None),
-    "sima-tau": (0.0, None), "sima-ema": (0.0, 1.0), "sima-freq": (1, None), "num-blocks": (1, None),
-    "max-new-tokens": (0, None), "fedpia-iterations": (1, None),
+    "seed": (0, None), "num-blocks": (1, None), "max-new-tokens": (0, None),
 }
-STRICT_LOW = ("lr", "head-lr", "round-timeout", "fraction-train", "sima-tau", "sima-ema")
+STRICT_LOW = ("lr", "head-lr", "round-timeout", "fraction-train")
 DEVICES = ("auto", "cpu", "cuda", "cuda:<i>", "mps")
 _DEVICE = re.compile(r"auto|cpu|mps|cuda(:\d+)?")
 
@@ -103,15 +97,7 @@ class RunConfig:
     num_server_rounds: int
     strategy: str
     aggregation: str
-    fedpia_gamma: float
-    fedpia_integration: str
-    fedpia_level: str
-    fedpia_client_cost: str
-    fedpia_samples: int
     optimizer: str
-    optimizer_pop_size: int
-    optimizer_generations: int
-    optimizer_pick: str
     model: str
     adapter: str
     lora_rank: int
@@ -138,9 +124,6 @@ class RunConfig:
     results_dir: str
     resume_from: str
     progress_bar: bool
-    sima_tau: float
-    sima_ema: float
-    sima_freq: int
     num_blocks: int
     model_sizes: str
     eval_others: bool
@@ -151,31 +134,69 @@ class RunConfig:
     quantization: str
     gradient_checkpointing: bool
     client_groups: str
-    fedpia_iterations: int
     head: str
     group_conflict: str
+    owned: tuple[MethodSettings, ...] = field(default=(), repr=False)
+    """The settings of every registered method that has keys (`methods.owners`), each parsed by its
+    own dataclass, whichever method runs (a bad value fails whether or not it is used)."""
+
+    @classmethod
+    def run_keys(cls) -> tuple[str, ...]:
+        """The run-wide keys, owned by this class (every other key is a method's)."""
+        return tuple(f.name.replace("_", "-") for f in fields(cls)[:-1])  # all but `owned`
 
     @classmethod
     def keys(cls) -> tuple[str, ...]:
-        return tuple(f.name.replace("_", "-") for f in fields(cls))
+        return cls.run_keys() + tuple(key for owner in methods.owners() for key in owner.own_keys())
 
     @classmethod
     def from_mapping(cls, values: Mapping[str, object], strategies: tuple[str, ...] = ()
                      ) -> RunConfig:
-        """Validate a (fused) run config; ``strategies`` are the valid strategy names."""
+        """Validate a (fused) run config; ``strategies``, if given, restricts the strategy names."""
         unknown = sorted(set(values) - set(cls.keys()))
         if unknown:
             raise ConfigError(f"unknown run-config key {unknown[0]!r} (= {values[unknown[0]]!r})")
         kwargs = {}
-        for f in fields(cls):
+        for f in fields(cls)[:-1]:  # all but `owned`
             key = f.name.replace("_", "-")
             if key not in values:
                 raise ConfigError(f"run-config key {key!r} is missing")
             kwargs[f.name] = _check(key, values[key], f.type)
-        config = cls(**kwargs)
+        try:
+            owned = tuple(owner.parse(values) for owner in methods.owners())
+        except ValueError as err:
+            raise ConfigError(str(err)) from None
+        config = cls(**kwargs, owned=owned)
         config._check_names(strategies)
         parse_budgets(config.budgets)
         return config
+
+    @property
+    def method(self) -> Aggregation:
+        """The registry entry of ``aggregation`` (`methods.AGGREGATIONS`)."""
+        return methods.AGGREGATIONS[self.aggregation]
+
+    @property
+    def selection(self) -> Selection:
+        """The registry entry of ``strategy`` (`methods.SELECTIONS`)."""
+        return methods.SELECTIONS[self.strategy]
+
+    def settings_of(self, owner: type[MethodSettings]) -> MethodSettings:
+        """The parsed settings of `owner` (the keyless base for an entry without settings)."""
+        return next((s for s in self.owned if type(s) is owner), owner())
+
+    @property
+    def method_settings(self) -> MethodSettings:
+        return self.settings_of(self.method.settings)
+
+    @property
+    def selection_settings(self) -> MethodSettings:
+        return self.settings_of(self.selection.settings)
+
+    @property
+    def groups(self) -> list[int]:
+        """``client-groups`` parsed (`parse_groups`)."""
+        return parse_groups(self.client_groups)
 
     def _check_names(self, strategies: tuple[str, ...]) -> None:
         check_dataset(self.dataset)
@@ -189,17 +210,17 @@ class RunConfig:
                               f"{', '.join(model_registry.REGISTRY)}")
         check_device_name(self.device)
         sizes = parse_model_sizes(self.model_sizes, self.model)
-        if self.aggregation == "sima" and self.adapter not in ("lora", "pq-lora"):
-            raise ConfigError(f"adapter = {self.adapter!r} has no global branch for aggregation = 'sima'; "
-                              "use lora or pq-lora")
+        try:
+            methods.aggregation(self.aggregation).check(self.adapter, self.groups)
+            methods.selection(self.strategy)
+        except ValueError as err:
+            raise ConfigError(str(err)) from None
         if len(set(sizes)) > 1 and self.adapter != "pq-lora":
             raise ConfigError(f"model-sizes = {self.model_sizes!r} mixes sizes, which only adapter = "
                               f"'pq-lora' can share (got {self.adapter!r})")
-        groups = parse_groups(self.client_groups)
-        if (self.aggregation == "group-oracle" or self.group_conflict != "none") and not groups:
-            raise ConfigError(f"aggregation = {self.aggregation!r} / group-conflict = "
-                              f"{self.group_conflict!r} needs client-groups, one group id per partition "
-                              "id, e.g. client-groups = '0,0,1,1'")
+        if self.group_conflict != "none" and not self.groups:
+            raise ConfigError(f"group-conflict = {self.group_conflict!r} needs client-groups, one group id "
+                              "per partition id, e.g. client-groups = '0,0,1,1'")
         if self.run_name in (".", "..") or "/" in self.run_name or "\\" in self.run_name:
             raise ConfigError(f"run-name = {self.run_name!r} must be a plain folder name")
         if strategies and self.strategy not in strategies:
@@ -217,7 +238,7 @@ class RunConfig:
 
         return model_registry.ModelSpec(
             self.model, self.adapter, self.lora_rank, self.seed, size=size,
-            gated=self.aggregation == "sima", num_blocks=self.num_blocks,
+            gated=self.method.needs_gated_model, num_blocks=self.num_blocks,
             lora_targets=tuple(t.strip() for t in self.lora_targets.split(",") if t.strip()),
             vlm_layers=self.vlm_layers, max_new_tokens=self.max_new_tokens,
             dtype=resolve_dtype(self.dtype, device) if client else "float32",
@@ -226,7 +247,11 @@ class RunConfig:
             shared_head=self.head == "shared", base_weights=client)
 
     def to_dict(self) -> dict[str, object]:
-        return {f.name.replace("_", "-"): getattr(self, f.name) for f in fields(self)}
+        """The flat ``key: value`` run config (run-wide keys, then each method's)."""
+        values = {key: getattr(self, key.replace("-", "_")) for key in self.run_keys()}
+        for settings in self.owned:
+            values.update(settings.to_dict())
+        return values
 
 
 def parse_groups(value: str, key: str = "client-groups") -> list[int]:
@@ -257,19 +282,12 @@ def parse_model_sizes(value: str, model: str, key: str = "model-sizes") -> list[
 
 
 def _check(key: str, value: object, kind: str) -> object:
-    if kind == "float" and isinstance(value, int) and not isinstance(value, bool):
-        value = float(value)
-    expected = {"int": int, "float": float, "str": str, "bool": bool}[kind]
-    if isinstance(value, bool) != (kind == "bool") or not isinstance(value, expected):
-        raise ConfigError(f"{key} = {value!r} must be of type {kind}")
-    if key in CHOICES and value not in CHOICES[key]:
-        raise ConfigError(f"{key} = {value!r} is unknown; choose one of {', '.join(CHOICES[key])}")
-    if key in BOUNDS:
-        low, high = BOUNDS[key]
-        strict_low = key in STRICT_LOW
-        if value < low or (strict_low and value == low) or (high is not None and value > high):
-            raise ConfigError(f"{key} = {value!r} is out of range")
-    return value
+    """One run-wide key checked by the methods' own checker (`methods.base.check_value`)."""
+    low, high = BOUNDS.get(key, (None, None))
+    try:
+        return check_value(key, value, kind, CHOICES.get(key, ()), low, high, key in STRICT_LOW)
+    except ValueError as err:
+        raise ConfigError(str(err)) from None
 
 
 def default_config() -> dict[str, object]:

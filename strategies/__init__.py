@@ -1,8 +1,8 @@
 """Flower strategies for layer-selecting federated fine-tuning (F3OCUS and baselines).
 
-A run has two independent axes, each a registry of small modules:
-- `strategies.selection` (`SELECTIONS`): which layers each client trains (run config ``strategy``);
-- `strategies.aggregation` (`AGGREGATIONS`): how their updates are combined (``aggregation``).
+A run has two independent axes, each a package of small modules registered in `methods`:
+- `strategies.selection` (`methods.SELECTIONS`): which layers each client trains (``strategy``);
+- `strategies.aggregation` (`methods.AGGREGATIONS`): how their updates are combined (``aggregation``).
 `strategies.layer_selection` is the one Flower strategy that runs a round with any pair of them.
 
 The public names load on first use (`lazy_loader`, SPEC 1): a client importing the wire format
@@ -12,8 +12,8 @@ The public names load on first use (`lazy_loader`, SPEC 1): a client importing t
 import lazy_loader
 
 __getattr__, __dir__, __all__ = lazy_loader.attach(__name__, submod_attrs={
-    "aggregation": ["AGGREGATIONS", "Aggregate", "Aggregator", "ClientUpdate", "masked_fedavg"],
+    "aggregation": ["Aggregate", "Aggregator", "ClientUpdate", "masked_fedavg"],
     "layer_selection": ["QUERY_LNTK", "LayerSelectionStrategy", "RoundLog"],
-    "selection": ["SELECTIONS", "SelectionRule", "make_rule"],
+    "selection": ["SelectionRule", "make_rule"],
     "validation": ["LayerReport", "Rejected"],
 })

@@ -291,9 +291,10 @@ def test_the_server_binds_the_fedpia_settings(tmp_path):
     assert strategy.aggregator.keywords == {"gamma": 0.25, "integration": "paper", "align": False,
                                             "iterations": 3}
     assert aggregator_for(RunConfig.from_mapping(default_config())) is masked_fedavg
-    assert client_app_pia.uses_client_pia(config)
-    assert not client_app_pia.uses_client_pia(RunConfig.from_mapping({**values, "fedpia-level": "server"}))
-    assert not client_app_pia.uses_client_pia(RunConfig.from_mapping({**values, "adapter": "layer"}))
+    assert client_app_pia.uses_client_pia("lora", config.method_settings)
+    server_only = RunConfig.from_mapping({**values, "fedpia-level": "server"}).method_settings
+    assert not client_app_pia.uses_client_pia("lora", server_only)
+    assert not client_app_pia.uses_client_pia("layer", config.method_settings)
 
 
 # ---------------------------------------------------------------- runs (in process, tiny-vilt)
@@ -307,11 +308,11 @@ def run_server(tmp_path, monkeypatch, **settings) -> tuple[InProcessGrid, dict, 
     calls: dict[tuple[int, int], dict] = {}
     uploaded: dict[tuple[int, int], dict] = {}
     current: list[tuple[int, int]] = []
-    real_prepare, real_align = client_app_pia.prepare, client_pia.align_global
+    real_start, real_align = client_app_pia.start, client_pia.align_global
 
-    def prepare(setup, context, global_state, layers, run_dir, server_round):
-        current.append((server_round, setup.partition_id))
-        return real_prepare(setup, context, global_state, layers, run_dir, server_round)
+    def start(step, settings):
+        current.append((step.server_round, step.setup.partition_id))
+        return real_start(step, settings)
 
     def align_global(model, received, local, samples, cost="activation"):
         calls[current[-1]] = {"local": dict(local), "samples": len(samples), "cost": cost}
@@ -324,7 +325,7 @@ def run_server(tmp_path, monkeypatch, **settings) -> tuple[InProcessGrid, dict, 
             uploaded[key] = from_record(reply.content["arrays"])
         return reply
 
-    monkeypatch.setattr(client_app_pia, "prepare", prepare)
+    monkeypatch.setattr(client_app_pia, "start", start)
     monkeypatch.setattr(client_pia, "align_global", align_global)
     run = {**FEDPIA_RUN, "results-dir": str(tmp_path), "run-name": "run", **settings}
     grid = InProcessGrid(recording, [{"partition-id": i, "num-partitions": 2} for i in range(2)],

@@ -1,6 +1,6 @@
-"""The two axes of a run as registries (issue 15 §1): `strategies.selection.SELECTIONS` (which
-layers train) and `strategies.aggregation.AGGREGATIONS` (how updates combine), their run-config
-keys, and the wiring in `server_app.app.build_strategy`. No Ray, no torch model."""
+"""The two axes of a run as registries (issue 15 §1, issue 36): `methods.SELECTIONS` (which layers
+train) and `methods.AGGREGATIONS` (how updates combine), their run-config keys, and the wiring in
+`server_app.app.build_strategy`. No Ray, no torch model."""
 
 from __future__ import annotations
 
@@ -10,26 +10,30 @@ import numpy as np
 import pytest
 
 from metaheuristics import optimize
+from methods import AGGREGATIONS, BASELINE_SCORERS, SELECTIONS, resolve
 from server_app.app import STRATEGIES, build_strategy
 from server_app.results import Recorder
-from settings import HEADS_ONLY, ConfigError, RunConfig, default_config
-from settings.config import AGGREGATIONS as AGGREGATION_NAMES
-from strategies import AGGREGATIONS, SELECTIONS, Aggregate, make_rule, masked_fedavg
-from tasks.scores import BASELINE_SCORERS
+from settings import ConfigError, RunConfig, default_config
+from strategies import Aggregate, make_rule, masked_fedavg
+from tasks import scores
 from tests.test_strategy import run_round
 
 SCORES = np.random.default_rng(7).random((4, 6))
 BUDGETS = [1, 2, 3, 6]
 
 
-def test_settings_accepts_exactly_the_registered_aggregations():
-    assert tuple(AGGREGATIONS) == AGGREGATION_NAMES
-    assert AGGREGATIONS["masked-fedavg"] is masked_fedavg
+def test_settings_accepts_exactly_the_registered_aggregations_and_each_names_its_step():
+    for name, entry in AGGREGATIONS.items():
+        assert RunConfig.from_mapping({**default_config(), "aggregation": name, "client-groups": "0,1",
+                                       "adapter": "lora"}).method is entry
+        assert callable(resolve(entry.server)) and (entry.client is None or callable(resolve(entry.client)))
+    assert resolve(AGGREGATIONS["masked-fedavg"].server) is masked_fedavg
 
 
 def test_every_registered_strategy_is_a_valid_run_config_value_and_builds_its_rule():
     assert tuple(SELECTIONS) == STRATEGIES
-    assert {"f3ocus", "lntk", "random", "last", "all", HEADS_ONLY, *BASELINE_SCORERS} == set(SELECTIONS)
+    assert {"f3ocus", "lntk", "random", "last", "all", "none", *BASELINE_SCORERS} == set(SELECTIONS)
+    assert BASELINE_SCORERS == scores.BASELINE_SCORERS  # the light names of what tasks.scores computes
     for name in SELECTIONS:
         RunConfig.from_mapping({**default_config(), "strategy": name}, strategies=STRATEGIES)
         assert make_rule(name).name == name
@@ -39,7 +43,7 @@ def test_unknown_strategy_and_aggregation_are_one_line_errors_naming_them():
     with pytest.raises(ValueError, match=r"^strategy = 'fedsgd' is unknown; choose one of f3ocus, "):
         make_rule("fedsgd")
     with pytest.raises(ConfigError, match=r"^aggregation = 'fedprox' is unknown; choose one of "
-                                          rf"{', '.join(AGGREGATION_NAMES)}$"):
+                                          rf"{', '.join(AGGREGATIONS)}$"):
         RunConfig.from_mapping({**default_config(), "aggregation": "fedprox"})
 
 
@@ -67,7 +71,7 @@ def test_f3ocus_runs_the_configured_optimiser_with_its_settings():
 
 
 def test_all_and_none_need_no_score_and_no_optimiser():
-    for name, fill in (("all", True), (HEADS_ONLY, False)):
+    for name, fill in (("all", True), ("none", False)):
         rule = make_rule(name)
         masks, assignment = rule.select(SCORES, BUDGETS, 0)
         assert rule.scorer is None and assignment is None
@@ -78,7 +82,7 @@ def test_build_strategy_wires_the_run_configs_rule_and_aggregator(tmp_path: Path
     config = RunConfig.from_mapping({**default_config(), "strategy": "snip"}, strategies=STRATEGIES)
     strategy = build_strategy(config, 6, Recorder(tmp_path / "run", 1, [f"l{i}" for i in range(6)]))
     assert strategy.rule == make_rule("snip")
-    assert strategy.aggregator is AGGREGATIONS[config.aggregation]
+    assert strategy.aggregator is masked_fedavg
 
 
 def test_an_aggregator_receives_each_clients_train_metrics_with_its_update():

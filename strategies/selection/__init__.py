@@ -1,9 +1,10 @@
-"""Which layers each client trains: one module per selection rule, registered in `SELECTIONS`.
+"""Which layers each client trains: one module per selection rule, registered in `methods.SELECTIONS`.
 
 All strategies share one round (query scores -> select -> train -> aggregate,
 `strategies.layer_selection`); they differ only in which score the clients compute and how the
 server turns scores and budgets into masks. Each module has one public function, ``rule(name,
-optimizer, optimizer_params) -> SelectionRule``; a new method is one new module plus one line here.
+optimizer, optimizer_params) -> SelectionRule``; a new rule is one new module plus one registry line
+(its entry also says whether the rule needs budgets and trains adapters, CONTRIBUTING.md).
 
 - ``f3ocus`` (`f3ocus`): LNTK scores, refined on the server by a multi-objective optimiser (§5);
 - ``lntk`` (`lntk`): LNTK scores, each client's own top-k (§4 without the server step);
@@ -19,28 +20,16 @@ from __future__ import annotations
 
 from collections.abc import Mapping
 
-from settings import HEADS_ONLY
-from strategies.selection import all_layers, f3ocus, last_k, lntk, none, random_k, scores
+import methods
 from strategies.selection.rule import Builder, SelectionRule
-from tasks.scores import BASELINE_SCORERS
-
-SELECTIONS: dict[str, Builder] = {
-    "f3ocus": f3ocus.rule,
-    "lntk": lntk.rule,
-    "random": random_k.rule,
-    "last": last_k.rule,
-    "all": all_layers.rule,
-    HEADS_ONLY: none.rule,
-    **dict.fromkeys(BASELINE_SCORERS, scores.rule),
-}
 
 
 def make_rule(strategy: str, optimizer: str = "nsga2",
               optimizer_params: Mapping[str, object] | None = None) -> SelectionRule:
-    """The rule of a strategy name (a key of `SELECTIONS`); ValueError naming it if unknown."""
-    if strategy not in SELECTIONS:
-        raise ValueError(f"strategy = {strategy!r} is unknown; choose one of {', '.join(SELECTIONS)}")
-    return SELECTIONS[strategy](strategy, optimizer, dict(optimizer_params or {}))
+    """The rule of a strategy name (its `methods.SELECTIONS` entry's builder); ValueError naming it
+    if unknown."""
+    builder: Builder = methods.resolve(methods.selection(strategy).rule)
+    return builder(strategy, optimizer, dict(optimizer_params or {}))
 
 
-__all__ = ["SELECTIONS", "Builder", "SelectionRule", "make_rule"]
+__all__ = ["Builder", "SelectionRule", "make_rule"]

@@ -1,0 +1,64 @@
+"""The client-hook protocol: a method's work in one train step, called by `client_app.app.train`
+without knowing which method runs.
+
+An aggregation's registry entry (`methods.base.Aggregation.client`) names a factory
+``(TrainStep, settings) -> ClientHook | None``; None (or no factory) is plain local training. The
+train step calls, in order: the factory once the global adapters and the client's stored state are
+loaded; `ClientHook.training` around local training, with `ClientHook.on_batch` seeing every batch;
+`ClientHook.finish` with the trained adapters, the personal state to store and the reply metrics.
+FedPIA's client-level PIA (`client_app.pia`) uses training + finish, SIMA's gradient tracker
+(`client_app.mosaic`) on_batch + finish.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Sequence
+from contextlib import AbstractContextManager, nullcontext
+from dataclasses import dataclass
+from typing import Any
+
+import numpy as np
+from flwr.app import Context
+
+import methods
+from client_app.runtime import ClientSetup
+from strategies.records import State
+
+
+@dataclass(frozen=True)
+class TrainStep:
+    """What a hook sees of one train message: the client, the global adapters as received (the model
+    holds them), its stored personal state (with a method's own entries), the layers it trains."""
+
+    setup: ClientSetup
+    context: Context
+    received: State
+    stored: State
+    layers: Sequence[int]
+    run_dir: str
+    server_round: int
+
+
+class ClientHook:
+    """A method's client work in one train step; this base does nothing (plain local training)."""
+
+    on_batch: Callable[[int, list[Any]], None] | None = None
+    """Sees every training batch before its step (`tasks.train`'s ``on_batch``); None: no callback."""
+
+    def training(self) -> AbstractContextManager[None]:
+        """The context local training runs in (e.g. a combined forward)."""
+        return nullcontext()
+
+    def finish(self, upload: State, personal: dict[str, np.ndarray], reply: dict[str, Any]
+               ) -> tuple[State, State | None]:
+        """(arrays to upload, local adapters to keep or None) from the trained adapters; may add
+        entries to the personal state to store and to the reply metrics."""
+        return upload, None
+
+
+def client_hook(step: TrainStep) -> ClientHook:
+    """The hook of this run's aggregation (its registry entry's factory), or the plain base."""
+    config = step.setup.config
+    factory = config.method.client
+    hook = methods.resolve(factory)(step, config.method_settings) if factory else None
+    return hook if hook is not None else ClientHook()

@@ -1,0 +1,64 @@
+"""The method registries: one entry per aggregation (``aggregation``) and per selection rule
+(``strategy``), each declaring its settings, its server step and client hooks (lazy ``"module:attr"``
+names) and what it needs of the model and the run config (`methods.base`).
+
+Where it lives and why: both apps and `strategies` read the entries, and a deployed ClientApp must
+stay light, so this package imports nothing of the project (`methods.options` holds the settings
+dataclasses); `settings` imports it to parse and check each method's own keys, `strategies` and the
+apps import it to find their step. The arrows point one way (apps -> strategies -> settings ->
+methods); the lazy strings name `strategies` and `client_app` without importing them.
+
+Adding a method is one module (its server step, maybe a client hook) plus one line here
+(CONTRIBUTING.md); nothing outside an entry compares a method's name (tests/test_methods.py scans).
+"""
+
+from __future__ import annotations
+
+from methods.base import Aggregation, MethodSettings, Selection, lookup, registry, resolve
+from methods.options import F3ocusSettings, FedPiaSettings, GroupOracleSettings, SimaSettings
+
+AGGREGATIONS: dict[str, Aggregation] = registry([
+    Aggregation("masked-fedavg", "strategies.aggregation.masked_fedavg:masked_fedavg"),
+    Aggregation("fedpia", "strategies.aggregation.fedpia:fedpia", FedPiaSettings,
+                client="client_app.pia:start"),
+    Aggregation("sima", "strategies.aggregation.sima:sima", SimaSettings, client="client_app.mosaic:start",
+                needs_gated_model=True, adapters=("lora", "pq-lora")),
+    Aggregation("local", "strategies.aggregation.local:local_only"),
+    Aggregation("group-oracle", "strategies.aggregation.group_oracle:group_oracle", GroupOracleSettings,
+                needs_groups=True),
+])
+"""``aggregation``: how the updates of a round are combined (`strategies.aggregation`)."""
+
+BASELINE_SCORERS = ("magnitude", "fishmask", "gradflow", "snip", "grasp", "synflow", "rgn")
+"""The pruning scores of `tasks.scores` that are top-k rules (their names are the strategies')."""
+
+SELECTIONS: dict[str, Selection] = registry([
+    Selection("f3ocus", "strategies.selection.f3ocus:rule", F3ocusSettings),
+    Selection("lntk", "strategies.selection.lntk:rule"),
+    Selection("random", "strategies.selection.random_k:rule"),
+    Selection("last", "strategies.selection.last_k:rule"),
+    Selection("all", "strategies.selection.all_layers:rule", needs_budget=False),
+    Selection("none", "strategies.selection.none:rule", trains_adapter=False),
+    *(Selection(name, "strategies.selection.scores:rule") for name in BASELINE_SCORERS),
+])
+"""``strategy``: which layers each client trains (`strategies.selection`)."""
+
+
+def aggregation(name: str) -> Aggregation:
+    """The entry of ``aggregation = name`` (ValueError naming it if unknown)."""
+    return lookup(AGGREGATIONS, "aggregation", name)
+
+
+def selection(name: str) -> Selection:
+    """The entry of ``strategy = name`` (ValueError naming it if unknown)."""
+    return lookup(SELECTIONS, "strategy", name)
+
+
+def owners() -> tuple[type[MethodSettings], ...]:
+    """Every settings dataclass of the registered entries, once each (each owns its keys)."""
+    found = [e.settings for e in (*AGGREGATIONS.values(), *SELECTIONS.values())]
+    return tuple(dict.fromkeys(s for s in found if s.own_keys()))
+
+
+__all__ = ["AGGREGATIONS", "SELECTIONS", "Aggregation", "MethodSettings", "Selection", "aggregation",
+           "owners", "resolve", "selection"]
