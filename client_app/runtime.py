@@ -20,7 +20,7 @@ from client_app.node import NodeSettings, node_settings
 from client_app.personal import load_personal
 from flower_compat import check_version
 from settings import ConfigError, RunConfig, check_fits
-from settings.config import group_of, parse_groups
+from settings.config import group_of
 from tasks.names import SIMA_VECTOR
 
 BUDGET_KEY = "layer-budget"  # context.state record: the budget this node last reported
@@ -64,7 +64,7 @@ def client_partition(config: RunConfig, dataset: str, pid: int, num: int, state_
     `tasks.data.conflict`)."""
     partition = _partition(dataset, pid, num, config.partitioner, config.seed, config.max_train_samples,
                            config.max_test_samples, state_dir)
-    if config.group_conflict == "answers" and group_of(pid, parse_groups(config.client_groups)) % 2:
+    if config.group_conflict == "answers" and group_of(pid, config.groups) % 2:
         from tasks.data import answers_by_type
         from tasks.data.conflict import rotate_answers
 

@@ -5,25 +5,24 @@ from __future__ import annotations
 import os
 import time
 from dataclasses import dataclass, field
-from functools import partial, update_wrapper
 from logging import ERROR, INFO, getLogger
 from pathlib import Path
 
 from flwr.app import Context
 from flwr.serverapp import Grid, ServerApp
 
+import methods
 import tasks
 from flower_compat import FlowerVersionError, check_version
 from server_app.results import Recorder, load_checkpoint
 from settings import ConfigError, RunConfig, check_budgets, check_model_here
-from settings.config import parse_groups
-from strategies import AGGREGATIONS, SELECTIONS, Aggregator, LayerSelectionStrategy, make_rule
+from strategies import Aggregator, LayerSelectionStrategy, make_rule
 from strategies.records import State, to_record
 
 log = getLogger("flwr").log  # Flower's logger: its handlers reach the console and `flwr run --stream`
 
 app = ServerApp()
-STRATEGIES = tuple(SELECTIONS)
+STRATEGIES = tuple(methods.SELECTIONS)  # the sweep's default list (run_simulation.py)
 
 
 def run_directory(config: RunConfig) -> Path:
@@ -111,29 +110,16 @@ def answer_count(config: RunConfig) -> int:
 
 
 def aggregator_for(config: RunConfig) -> Aggregator:
-    """The run's aggregator with its own run-config settings bound as keywords: FedPIA's γ,
-    integration form, server alignment (off at ``fedpia-level = "client"``) and its iterations;
-    SIMA's τ; the group oracle's client groups."""
-    keywords = {
-        "fedpia": lambda: {"gamma": config.fedpia_gamma, "integration": config.fedpia_integration,
-                           "align": config.fedpia_level != "client", "iterations": config.fedpia_iterations},
-        "sima": lambda: {"tau": config.sima_tau},
-        "group-oracle": lambda: {"groups": parse_groups(config.client_groups)},
-    }
-    aggregator = AGGREGATIONS[config.aggregation]
-    if config.aggregation not in keywords:
-        return aggregator
-    return update_wrapper(partial(aggregator, **keywords[config.aggregation]()), aggregator)
+    """The run's aggregator: its registry entry's server step bound with the method's own settings
+    (`methods.base.Aggregation.server_step`)."""
+    return config.method.server_step(config.method_settings, config)
 
 
 def build_strategy(config: RunConfig, num_layers: int, recorder: Recorder) -> LayerSelectionStrategy:
     """The one round of every run (`strategies.layer_selection`) with its two axes from the run
-    config: the selection rule of ``strategy`` (`strategies.selection.SELECTIONS`) and the
-    aggregator of ``aggregation`` (`strategies.aggregation.AGGREGATIONS`), plus the run's training
-    and scoring settings."""
-    rule = make_rule(config.strategy, config.optimizer,
-                     {"pop_size": config.optimizer_pop_size, "n_gen": config.optimizer_generations,
-                      "pick": config.optimizer_pick})
+    config: the selection rule of ``strategy`` and the aggregator of ``aggregation`` (their
+    `methods` entries, each with its own settings), plus the run's training and scoring settings."""
+    rule = make_rule(config.strategy, config.optimizer, config.selection_settings.server_keywords(config))
     return LayerSelectionStrategy(
         rule, num_layers,
         aggregator=aggregator_for(config),
@@ -157,7 +143,7 @@ def main(grid: Grid, context: Context) -> None:
     federation."""
     try:
         check_version(what="installed for the ServerApp")
-        config = RunConfig.from_mapping(context.run_config, strategies=STRATEGIES)
+        config = RunConfig.from_mapping(context.run_config)
         plan = plan_run(config)
     except ConfigError as err:
         reason = str(err) if isinstance(err, FlowerVersionError) else f"Invalid run configuration: {err}"
