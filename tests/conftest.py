@@ -30,9 +30,9 @@ if os.environ.get("PYTEST_XDIST_WORKER"):
 LONGEST_FIRST = (  # CPU seconds per module, all its processes included (`python tests/cpu_time.py
     # python -m pytest -q -n 0 -p no:randomly tests/<module>`, 2026-11-25, on a loaded machine, where
     # idle daemons' polling inflates them: only their order counts); the suite is CPU-bound
-    "test_deploy.py",  # 393 (its refused nodes now wait while its budget run runs: less wall time)
+    "test_deploy.py",  # 374 (393 before its refused nodes overlapped its budget run)
     "test_ray_cluster.py",  # 130
-    "test_deploy_mosaic.py",  # 123
+    "test_deploy_mosaic.py",  # 109
     "test_simulation.py",  # 295 s wall in the --durations=80 listing of the same day
     "test_resume.py",  # 177 s wall, idem
     "test_generative.py",  # 156 s wall, idem (unlisted, it could start last and run alone)

@@ -23,9 +23,11 @@ The scenario leads a session of its own (tests/test_ray_cluster.py starts it so)
 run starts inherits, so the session a client actor's process is in tells which Ray hosts it.
 
 The actors are found by their process title (``ray::ClientAppActor...``) rather than through Ray's
-state API: that API needs the dashboard, whose start (nine module processes) cost this scenario
-about 12 s of CPU, and whose modules, on a loaded machine, failed Ray's fixed 30 s start-up
-timeout ("Module MetricsHead failed to start"), so that the head's start or the state API failed.
+state API: that API needs the full dashboard, nine module processes whose start, on a loaded machine
+(load 10-20 on 2 cores), failed Ray's fixed 30 s timeout ("Module MetricsHead failed to start") in 2
+of 3 tries, failing the head's start or the state API. Without it the scenario's CPU did not change
+measurably (131 s before, 130 s after, `python tests/cpu_time.py python -m pytest -q -n 0
+tests/test_ray_cluster.py`).
 """
 
 from __future__ import annotations
