@@ -30,13 +30,13 @@ if os.environ.get("PYTEST_XDIST_WORKER"):
 LONGEST_FIRST = (  # CPU seconds per module, all its processes included (`python tests/cpu_time.py
     # python -m pytest -q -n 0 -p no:randomly tests/<module>`, 2026-11-25, on a loaded machine, where
     # idle daemons' polling inflates them: only their order counts); the suite is CPU-bound
+    "test_generative.py",  # 619 with test_report.py (torch on 2 threads there, 1 under xdist)
     "test_deploy.py",  # 374 (393 before its refused nodes overlapped its budget run)
     "test_ray_cluster.py",  # 130
     "test_deploy_mosaic.py",  # 109
-    "test_simulation.py",  # 295 s wall in the --durations=80 listing of the same day
-    "test_resume.py",  # 177 s wall, idem
-    "test_generative.py",  # 156 s wall, idem (unlisted, it could start last and run alone)
-    "test_report.py",  # 42 s wall, idem
+    "test_resume.py",  # 64
+    "test_simulation.py",  # 48
+    "test_report.py",
 )
 
 
