@@ -12,6 +12,9 @@ the same day). The suite is CPU-bound: whole-machine busy CPU over a quiet run (
 for the budget, refused-node and killed-node tests; two sites for FedMosaic; the resume test
 without Ray): 467 core-seconds busy, 261 s wall (Flower's Control API was then called in-process; it
 is now the public ``flwr`` CLI again, about 0.6 s of CPU a call, a few calls per federation).
+On a machine others load, compare one module before and after a change by its CPU seconds with
+``python tests/cpu_time.py python -m pytest -q -n 0 -p no:randomly tests/<module>`` (every process
+it starts included, daemons too), not by wall time.
 """
 
 import os
@@ -24,16 +27,16 @@ if os.environ.get("PYTEST_XDIST_WORKER"):
 
     torch.set_num_threads(1)
 
-LONGEST_FIRST = (  # seconds per module, setup + call + teardown of `python -m pytest -q -p no:randomly
-    # --durations=80` summed over its entries among those 80 (2026-11-25, on a loaded machine, so only
-    # their order counts)
-    "test_deploy.py",  # 581
-    "test_ray_cluster.py",  # 337 (its cluster failed to start that time; longer when it does)
-    "test_simulation.py",  # 295
-    "test_deploy_mosaic.py",  # 235
-    "test_resume.py",  # 177
-    "test_generative.py",  # 156 (it was not listed, so it could start last and run alone)
-    "test_report.py",  # 42
+LONGEST_FIRST = (  # CPU seconds per module, all its processes included (`python tests/cpu_time.py
+    # python -m pytest -q -n 0 -p no:randomly tests/<module>`, 2026-11-25, on a loaded machine, where
+    # idle daemons' polling inflates them: only their order counts); the suite is CPU-bound
+    "test_generative.py",  # 619 with test_report.py (torch on 2 threads there, 1 under xdist)
+    "test_deploy.py",  # 374 (393 before its refused nodes overlapped its budget run)
+    "test_ray_cluster.py",  # 130
+    "test_deploy_mosaic.py",  # 109
+    "test_resume.py",  # 64
+    "test_simulation.py",  # 48
+    "test_report.py",
 )
 
 

@@ -17,6 +17,7 @@ import sys
 import time
 from collections.abc import Iterator
 from pathlib import Path
+from unittest import mock
 
 from deploy.launch import Federation, free_port_block, site_nodes
 
@@ -38,16 +39,21 @@ class FastFederation(Federation):
 
 def start_federation(workdir: Path, extra_keys: tuple[str, ...] = (),
                      node_config: dict[str, dict[str, object]] | None = None,
-                     sites: int = len(BUDGETS)) -> Iterator[Federation]:
+                     sites: int = len(BUDGETS), check_flower: bool = True) -> Iterator[Federation]:
     """Start the federation of the first `sites` sites (credentials for `extra_keys` too,
-    unregistered; `node_config` adds to or overrides a site's node config), yield it, stop it."""
+    unregistered; `node_config` adds to or overrides a site's node config), yield it, stop it.
+
+    ``check_flower=False`` skips `deploy.launch.check_components` (a ``--version`` process per
+    Flower executable, 7 s of CPU together) for a federation whose module is not about it: the
+    same executables are checked by tests/test_deploy.py's federation in the same suite."""
     nodes = site_nodes([str(b) for b in list(BUDGETS.values())[:sites]], "synthetic", "cpu", workdir)
     for node in nodes:
         node.config.update((node_config or {}).get(node.name, {}))
     fed = FastFederation(workdir, nodes, port=free_port_block(16))
     fed.credentials(extra=list(extra_keys))
     try:
-        fed.start(timeout=600)
+        with mock.patch("deploy.launch.check_components") if not check_flower else contextlib.nullcontext():
+            fed.start(timeout=600)
         yield fed
     finally:
         fed.stop_all()  # every process by its PID, then any SuperExec/App process left of them
