@@ -102,9 +102,9 @@ def call_in_process(command: list[str], stdout, stderr=None, cwd=None) -> int:
     import contextlib
     import sys
 
+    import experiments.sweep
     import run_simulation
-    from server_app import experiments
 
-    assert command[:2] == [sys.executable, str(experiments.PROJECT_ROOT / "run_simulation.py")]
+    assert command[:2] == [sys.executable, str(experiments.sweep.PROJECT_ROOT / "run_simulation.py")]
     with contextlib.redirect_stdout(stdout), contextlib.redirect_stderr(stdout):
         return run_simulation.main(command[2:])

@@ -1,4 +1,4 @@
-"""server_app.budget_sweep: accuracy against a uniform budget k, on planted run files."""
+"""experiments.budget_sweep: accuracy against a uniform budget k, on planted run files."""
 
 import json
 import shutil
@@ -6,7 +6,7 @@ from pathlib import Path
 
 import pytest
 
-from server_app.budget_sweep import main, markdown, read_table, sweep
+from experiments.budget_sweep import main, markdown, read_table, sweep
 
 
 def _run(root: Path, strategy: str, seed: int, budgets: str, accuracy: float) -> None:

@@ -13,8 +13,8 @@ import numpy as np
 import pytest
 from safetensors.numpy import save_file
 
+from experiments.sweep import incomplete
 from server_app import results
-from server_app.experiments import incomplete
 from server_app.results import Recorder, load_checkpoint
 
 NODES = (101, 102)

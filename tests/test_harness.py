@@ -17,8 +17,8 @@ from pathlib import Path
 import numpy as np
 import pytest
 
+import experiments.sweep
 import run_simulation
-from server_app import experiments
 from tests.inprocess import Simulator, call_in_process
 
 ROOT = Path(__file__).resolve().parent.parent
@@ -46,7 +46,7 @@ def sweep(config: Path, *extra: str) -> subprocess.CompletedProcess:
     with pytest.MonkeyPatch.context() as patch, contextlib.redirect_stdout(out), \
             contextlib.redirect_stderr(err):
         patch.setattr(run_simulation, "simulate", Simulator())
-        patch.setattr(experiments.subprocess, "call", call_in_process)
+        patch.setattr(experiments.sweep.subprocess, "call", call_in_process)
         code = run_simulation.main(argv)
     return subprocess.CompletedProcess(argv, code, out.getvalue(), err.getvalue())
 
@@ -107,7 +107,7 @@ def test_report_redraws_tables_and_figures_without_training(experiment):
     for name in ("table.md", "table.csv", *FIGURES):
         (exp / name).unlink()
     runs_before = {p: p.stat().st_mtime_ns for p in (exp / "runs").rglob("*") if p.is_file()}
-    proc = subprocess.run([sys.executable, "-m", "server_app.report", str(exp)], cwd=ROOT,
+    proc = subprocess.run([sys.executable, "-m", "experiments.report", str(exp)], cwd=ROOT,
                           capture_output=True, text=True, timeout=300)
     assert proc.returncode == 0, proc.stderr
     for name in ("table.md", "table.csv", *FIGURES):

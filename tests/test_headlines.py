@@ -1,12 +1,12 @@
-"""server_app.headlines: README's headline numbers agree with the committed tables of docs/results,
+"""experiments.headlines: README's headline numbers agree with the committed tables of docs/results,
 the extractor on a planted printed table, and a planted disagreement is caught."""
 
 from pathlib import Path
 
 import pytest
 
-from server_app.headlines import CHECKS, RESULTS, check, extract, interval, main, markdown_tables, tolerance
-from server_app.paired import read_differences
+from experiments.headlines import CHECKS, RESULTS, check, extract, interval, main, markdown_tables, tolerance
+from experiments.paired import read_differences
 
 PAIRED_MD = """# x
 

@@ -10,10 +10,10 @@ import pytest
 from pymoo.core.population import Population
 from pymoo.operators.selection.tournament import TournamentSelection
 
+from experiments.bench_optimizers import main as bench_main
 from metaheuristics import hypervolume, normalize_front
 from metaheuristics.aco import build as build_colony
 from metaheuristics.archive import ParetoArchive, nondominated, pick_index
-from metaheuristics.bench import main as bench_main
 from metaheuristics.indicators import Bounds, instance_bounds
 from metaheuristics.moves import sample_subsets, swap_one, take_smallest, union_resample
 from metaheuristics.nsga2 import LayerProblem

@@ -1,4 +1,4 @@
-"""server_app.paired: the paired t interval on a planted case and the report on planted run files."""
+"""experiments.paired: the paired t interval on a planted case and the report on planted run files."""
 
 import json
 import shutil
@@ -6,7 +6,7 @@ from pathlib import Path
 
 import pytest
 
-from server_app.paired import main, paired_interval, read_differences, report
+from experiments.paired import main, paired_interval, read_differences, report
 
 
 def test_paired_interval_planted_case() -> None:

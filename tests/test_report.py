@@ -1,4 +1,4 @@
-"""server_app.report on hand-made run files: exact means/stds, left-out runs, figures, bad input."""
+"""experiments.report on hand-made run files: exact means/stds, left-out runs, figures, bad input."""
 
 from __future__ import annotations
 
@@ -10,7 +10,7 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from server_app import report
+from experiments import report
 
 LAYERS = ["l0", "l1", "l2", "l3"]
 

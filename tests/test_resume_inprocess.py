@@ -16,8 +16,9 @@ import numpy as np
 import pytest
 from flwr.app import MessageType
 
+import experiments.sweep
 import run_simulation
-from server_app import experiments, results
+from server_app import results
 from strategies.records import from_record
 from tests.inprocess import InProcessGrid, call_in_process
 from tests.inprocess import Simulator as InProcessSimulator
@@ -117,21 +118,21 @@ def test_run_simulation_resumes_a_killed_run_from_the_last_complete_round(tmp_pa
     rounds = [json.loads(ln)["round"] for ln in (run_dir / "rounds.jsonl").read_text().splitlines()]
     assert rounds == [1, 2]
     assert f"Results: {run_dir}" in out and "budget" in out  # the client table
-    assert experiments.incomplete(run_dir, 2) is None
+    assert experiments.sweep.incomplete(run_dir, 2) is None
 
 
 def test_sweep_resumes_its_incomplete_run_skips_the_finished_one_and_restarts_a_leftover(
         tmp_path, simulator, monkeypatch):
     """``run_sweep`` as ``run_simulation.py --strategies ...`` calls it; each run is
     ``run_simulation.main`` in this process (the sweep's subprocess call is replaced)."""
-    monkeypatch.setattr(experiments.subprocess, "call", call_in_process)
+    monkeypatch.setattr(experiments.sweep.subprocess, "call", call_in_process)
     base = {**run_simulation.default_config(), **SETTINGS, "results-dir": str(tmp_path)}
     exp = tmp_path / "exp"
     lines: list[str] = []
 
-    def sweep(strategies: list[str]) -> list[experiments.Outcome]:
-        specs = experiments.plan(strategies, [0], [], "nsga2")
-        return experiments.run_sweep(base, specs, exp, CLIENTS, 1.0, 0.0, echo=lines.append)
+    def sweep(strategies: list[str]) -> list[experiments.sweep.Outcome]:
+        specs = experiments.sweep.plan(strategies, [0], [], "nsga2")
+        return experiments.sweep.run_sweep(base, specs, exp, CLIENTS, 1.0, 0.0, echo=lines.append)
 
     simulator.kill_rounds = {2}  # the first run of the first sweep dies in round 2
     first = sweep(["last", "random"])
@@ -159,6 +160,6 @@ def test_sweep_resumes_its_incomplete_run_skips_the_finished_one_and_restarts_a_
     assert (exp / "runs" / "random-s0" / "rounds.jsonl").stat().st_mtime_ns == finished
     for name in ("last-s0", "random-s0", "all-s0"):
         run_dir = exp / "runs" / name
-        assert experiments.incomplete(run_dir, 2) is None, name
+        assert experiments.sweep.incomplete(run_dir, 2) is None, name
         rows = [json.loads(ln)["round"] for ln in (run_dir / "rounds.jsonl").read_text().splitlines()]
         assert rows == [1, 2], name

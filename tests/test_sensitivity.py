@@ -1,11 +1,11 @@
-"""tasks.sensitivity: the layer masks of its modes, and one screening run end to end."""
+"""experiments.sensitivity: the layer masks of its modes, and one screening run end to end."""
 
 import json
 
 import numpy as np
 import pytest
 
-from tasks import sensitivity
+from experiments import sensitivity
 
 
 def test_modes_train_no_layer_the_last_k_or_every_layer():

@@ -13,8 +13,8 @@ from pathlib import Path
 
 import pytest
 
+import experiments.sweep
 import run_simulation
-from server_app import experiments
 
 ROUNDS = 2
 BASE = {**run_simulation.default_config(), "model": "tiny-vilt", "dataset": "synthetic",
@@ -36,7 +36,7 @@ class FakeRuns:
             self.most = max(self.most, self.running)
         time.sleep(self.seconds)
         config = Path(command[command.index("--config") + 1])
-        run_dir = config.parent.parent / experiments.RUNS / config.stem
+        run_dir = config.parent.parent / experiments.sweep.RUNS / config.stem
         run_dir.mkdir(parents=True, exist_ok=True)
         (run_dir / "rounds.jsonl").write_text(
             "".join(f'{{"round": {r}, "evaluate": {{"accuracy": 0.5}}}}\n' for r in range(1, ROUNDS + 1)))
@@ -49,16 +49,16 @@ class FakeRuns:
 @pytest.mark.parametrize("jobs, cpus", [(1, None), (2, 1), (3, 2)])
 def test_jobs_runs_that_many_at_once_each_capped_to_its_cpus(tmp_path, monkeypatch, jobs, cpus):
     fake = FakeRuns()
-    monkeypatch.setattr(experiments.subprocess, "call", fake)
-    specs = experiments.plan(["lntk", "random"], [0, 1, 2], [], "nsga2")
-    outcomes = experiments.run_sweep(BASE, specs, tmp_path / "exp", 5, 1.0, 0.0, echo=lambda _: None,
+    monkeypatch.setattr(experiments.sweep.subprocess, "call", fake)
+    specs = experiments.sweep.plan(["lntk", "random"], [0, 1, 2], [], "nsga2")
+    outcomes = experiments.sweep.run_sweep(BASE, specs, tmp_path / "exp", 5, 1.0, 0.0, echo=lambda _: None,
                                      jobs=jobs, cpus=cpus)
     assert fake.most == jobs
     assert [o.spec for o in outcomes] == specs and {o.status for o in outcomes} == {"done"}
     for command in fake.commands:
         asked = command[command.index("--cpus") + 1] if "--cpus" in command else None
         assert asked == (None if cpus is None else str(cpus))
-    again = experiments.run_sweep(BASE, specs, tmp_path / "exp", 5, 1.0, 0.0, echo=lambda _: None,
+    again = experiments.sweep.run_sweep(BASE, specs, tmp_path / "exp", 5, 1.0, 0.0, echo=lambda _: None,
                                   jobs=jobs, cpus=cpus)
     assert {o.status for o in again} == {"skipped"} and len(fake.commands) == len(specs)
 
@@ -75,7 +75,7 @@ def sweep_args(monkeypatch, *argv: str) -> dict:
         seen.update(kwargs)
         raise SweepStarted
 
-    monkeypatch.setattr(experiments, "run_sweep", run_sweep)
+    monkeypatch.setattr(experiments.sweep, "run_sweep", run_sweep)
     with pytest.raises(SweepStarted):
         run_simulation.main([*argv, "--run-config", "model='tiny-vilt' dataset='synthetic'"])
     return seen
@@ -98,7 +98,7 @@ def test_jobs_split_the_cores_unless_cpus_is_given(tmp_path, monkeypatch):
 ])
 def test_bad_jobs_or_cpus_is_one_line_naming_it_before_anything_runs(tmp_path, monkeypatch, capsys,
                                                                       argv, named):
-    monkeypatch.setattr(experiments, "run_sweep", lambda *a, **k: pytest.fail("a run started"))
+    monkeypatch.setattr(experiments.sweep, "run_sweep", lambda *a, **k: pytest.fail("a run started"))
     monkeypatch.setattr(run_simulation, "simulate", lambda *a, **k: pytest.fail("a run started"))
     code = run_simulation.main([*argv, "--run-config",
                                 f"model='tiny-vilt' dataset='synthetic' results-dir='{tmp_path}'"])

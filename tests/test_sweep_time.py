@@ -1,4 +1,4 @@
-"""`server_app.sweep_time`: run and sweep wall times from the files a sweep leaves (planted mtimes)."""
+"""`experiments.sweep_time`: run and sweep wall times from the files a sweep leaves (planted mtimes)."""
 
 from __future__ import annotations
 
@@ -7,7 +7,7 @@ import os
 import shutil
 from pathlib import Path
 
-from server_app import sweep_time
+from experiments import sweep_time
 
 T0 = 1_800_000_000.0
 

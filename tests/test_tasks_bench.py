@@ -1,12 +1,13 @@
-"""tasks.bench: its defaults are the app's, and it prints the overhead it measured."""
+"""experiments.bench_client: its defaults are the app's, and it prints the overhead it measured."""
 
 import json
 
 import numpy as np
 import pytest
 
+from experiments import bench_client as bench
 from settings import default_config
-from tasks import bench, build_model, load_partition
+from tasks import build_model, load_partition
 from tasks.lntk import LayerScores
 
 

@@ -1,8 +1,8 @@
 """Benchmark every algorithm on random instances (a script, not a timed test).
 
-    python -m metaheuristics.bench --clients 10 --layers 32 \\
+    python -m experiments.bench_optimizers --clients 10 --layers 32 \\
         --budgets 6,6,4,4,2,6,6,4,4,2 --pop 50 --gens 20 --repeats 5 --json
-    python -m metaheuristics.bench --clients 10,100,1000,10000 --layers 80 \\
+    python -m experiments.bench_optimizers --clients 10,100,1000,10000 --layers 80 \\
         --algorithms nsga2 --no-reference
 
 Instance: client i's scores are a Dirichlet(1, ..., 1) draw over the L layers (non-negative,
@@ -177,7 +177,7 @@ def _algorithm_list(text: str) -> list[str]:
 
 
 def main(argv: Sequence[str] | None = None) -> None:
-    parser = argparse.ArgumentParser(prog="python -m metaheuristics.bench", description=__doc__)
+    parser = argparse.ArgumentParser(prog="python -m experiments.bench_optimizers", description=__doc__)
     parser.add_argument("--clients", type=_int_list, default=[10], help="one count or a list: 10,100,1000")
     parser.add_argument("--layers", type=int, default=32)
     parser.add_argument("--budgets", type=_int_list, default=None)

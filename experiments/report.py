@@ -1,8 +1,8 @@
 """Tables and figures of a sweep, from its run files only (no training):
 
-    python -m server_app.report results/<experiment>
+    python -m experiments.report results/<experiment>
 
-Writes into the experiment directory (see `server_app.experiments`):
+Writes into the experiment directory (see `experiments.sweep`):
 - ``table.md`` / ``table.csv``: one row per strategy (paper Tables 2 and 5): the final round's score
   of every client and the overall mean weighted by test examples (accuracy for VQA clients, micro-F1
   for multi-label clients, in %), uplink MB per round, seconds per round and the server step's
@@ -17,7 +17,7 @@ Writes into the experiment directory (see `server_app.experiments`):
 - ``selection_histogram.png`` (Fig. 7): how often each layer is selected, ``lntk`` vs ``f3ocus``;
 - ``pareto_front.png``: the optimiser's Pareto front of the last round, the picked solution marked.
 Figures whose runs are missing (e.g. no ``lntk`` run) are skipped. Every figure is written with
-``<stem>.csv``, exactly the values it plots, and ``python -m server_app.report --from-tables <dir>``
+``<stem>.csv``, exactly the values it plots, and ``python -m experiments.report --from-tables <dir>``
 redraws the figures from those tables alone, without run folders.
 """
 
@@ -32,7 +32,7 @@ from pathlib import Path
 
 import numpy as np
 
-from server_app.experiments import EXPERIMENT_FILE, RUNS, is_complete
+from experiments.sweep import EXPERIMENT_FILE, RUNS, is_complete
 from settings import parse_budgets
 
 MB = 1e6
@@ -502,7 +502,7 @@ def main(argv: list[str] | None = None) -> int:
     if from_tables:
         argv = argv[1:]
     if len(argv) != 1 or argv[0].startswith("-"):
-        print("usage: python -m server_app.report [--from-tables] results/<experiment>", file=sys.stderr)
+        print("usage: python -m experiments.report [--from-tables] results/<experiment>", file=sys.stderr)
         return 2
     try:
         written = redraw(Path(argv[0])) if from_tables else write_report(Path(argv[0]))

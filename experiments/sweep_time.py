@@ -1,6 +1,6 @@
 """How long sweeps took, from their files only (issue 17 §3: the whole sweep within 3 h on 2 cores):
 
-    python -m server_app.sweep_time results/bench-yesno results/bench-yesno-k1 ...
+    python -m experiments.sweep_time results/bench-yesno results/bench-yesno-k1 ...
 
 A run starts when its sweep writes ``configs/<run>.toml`` (just before it starts the run's process)
 and ends with the last line of ``logs/<run>.log`` (file mtimes; for a resumed run, its last
@@ -23,8 +23,8 @@ from pathlib import Path
 
 import numpy as np
 
-from server_app.experiments import CONFIGS, LOGS
-from server_app.report import load_runs
+from experiments.report import load_runs
+from experiments.sweep import CONFIGS, LOGS
 
 
 @dataclass(frozen=True)
@@ -114,8 +114,8 @@ def table(timings: Sequence[Timing]) -> str:
     return "\n".join(lines)
 
 
-USAGE = ("usage: python -m server_app.sweep_time results/<experiment> [...] [--csv PATH]\n"
-         "       python -m server_app.sweep_time --from-csv PATH")
+USAGE = ("usage: python -m experiments.sweep_time results/<experiment> [...] [--csv PATH]\n"
+         "       python -m experiments.sweep_time --from-csv PATH")
 
 
 def main(argv: Sequence[str] | None = None) -> int:

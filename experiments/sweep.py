@@ -13,7 +13,7 @@ Resuming: a run whose ``rounds.jsonl`` holds every round (the last one evaluated
 adapters exist is skipped;
 a run interrupted after a checkpoint of an earlier round continues from it (``resume-from``); any
 other leftover (e.g. a run whose clients all failed) is started afresh. The tables and figures are
-then written by `server_app.report`.
+then written by `experiments.report`.
 """
 
 from __future__ import annotations

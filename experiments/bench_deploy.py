@@ -1,7 +1,7 @@
 """Seconds per round of one job on the Deployment Engine and on the Simulation Engine, side by side.
 
-    python -m deploy.bench [--budgets 2,4,6] [--dataset easy-vqa] [--rounds 2] [--run-config "..."]
-                           [--worker-idle S] [--repeat N] [--json]
+    python -m experiments.bench_deploy [--budgets 2,4,6] [--dataset easy-vqa] [--rounds 2]
+                                       [--run-config "..."] [--worker-idle S] [--repeat N] [--json]
 
 Runs the same job twice on this machine, one after the other in the same invocation (so both see
 the same machine load; the ratio is the figure to compare between invocations):

@@ -1,10 +1,10 @@
 """Paired comparison of sweeps that differ in one setting (e.g. `aggregation`), or of the strategies
 of one sweep against reference strategies, from run files only:
 
-    python -m server_app.paired results/<baseline> results/<other> [results/<other> ...]
-    python -m server_app.paired results/<experiment> --against random,lntk
+    python -m experiments.paired results/<baseline> results/<other> [results/<other> ...]
+    python -m experiments.paired results/<experiment> --against random,lntk
 
-Every experiment directory is read like `server_app.report` reads it (complete runs only); a row is
+Every experiment directory is read like `experiments.report` reads it (complete runs only); a row is
 ``<experiment>/<strategy>``. Printed:
 
 1. one table row per experiment and strategy: overall accuracy (weighted by test examples), the
@@ -40,7 +40,7 @@ from pathlib import Path
 import numpy as np
 from scipy import stats
 
-from server_app.report import Run, load_runs, mean_std, plus_minus, pyplot, run_metrics, save_figure
+from experiments.report import Run, load_runs, mean_std, plus_minus, pyplot, run_metrics, save_figure
 
 
 def paired_interval(other: Sequence[float], base: Sequence[float], confidence: float = 0.95
@@ -229,13 +229,13 @@ def report(dirs: Sequence[Path], references: Sequence[str] = (), figure: Path | 
     return "\n".join(lines) + "\n"
 
 
-USAGE = ("usage: python -m server_app.paired results/<baseline> results/<other> [...] [--figure PATH]\n"
-         "       python -m server_app.paired results/<experiment> [...] --against <strategy>[,...]\n"
-         "       python -m server_app.paired --redraw <figure>.csv [...]")
+USAGE = ("usage: python -m experiments.paired results/<baseline> results/<other> [...] [--figure PATH]\n"
+         "       python -m experiments.paired results/<experiment> [...] --against <strategy>[,...]\n"
+         "       python -m experiments.paired --redraw <figure>.csv [...]")
 
 
 def main(argv: list[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(prog="python -m server_app.paired", usage=USAGE)
+    parser = argparse.ArgumentParser(prog="python -m experiments.paired", usage=USAGE)
     parser.add_argument("experiments", nargs="*", type=Path)
     parser.add_argument("--against", default="", help="reference strategies of the same experiment")
     parser.add_argument("--figure", type=Path, help="draw the paired intervals against the baseline here")

@@ -1,9 +1,9 @@
 """Benchmark: LNTK scoring overhead relative to one local training round (paper supp. E, item 4:
 F3OCUS's overhead is 151.4 s vs 137.5 s per round, i.e. ~10%).
 
-    python -m tasks.bench --model minilm-effnet --dataset easy-vqa --json
-    python -m tasks.bench --repeat 5      # 5 fresh processes: median, min and max of each figure
-    python -m tasks.bench --model tiny-llava --budgets 1,2,4   # per budget k: s/step, overhead, memory
+    python -m experiments.bench_client --model minilm-effnet --dataset easy-vqa --json
+    python -m experiments.bench_client --repeat 5      # 5 fresh processes: median, min, max of each figure
+    python -m experiments.bench_client --model tiny-llava --budgets 1,2,4  # per k: s/step, overhead, memory
 
 The scoring batch, local steps, batch size and learning rates default to the app's own run config
 (`[tool.flwr.app.config]` in pyproject.toml), so "one local round" is the round a client really
@@ -196,8 +196,8 @@ def run_fresh(argv: list[str]) -> dict:
     """One benchmark run in a fresh Python process (the repository root on its path)."""
     root = str(PYPROJECT.parent)
     env = {**os.environ, "PYTHONPATH": os.pathsep.join(filter(None, [root, os.environ.get("PYTHONPATH")]))}
-    done = subprocess.run([sys.executable, "-m", "tasks.bench", *argv, "--json"], capture_output=True,
-                          text=True, env=env, check=False)
+    done = subprocess.run([sys.executable, "-m", "experiments.bench_client", *argv, "--json"],
+                          capture_output=True, text=True, env=env, check=False)
     if done.returncode != 0:
         raise RuntimeError(f"benchmark run failed ({done.returncode}): {done.stderr.strip()[-2000:]}")
     return json.loads(done.stdout.strip().splitlines()[-1])

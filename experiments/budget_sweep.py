@@ -1,6 +1,6 @@
 """Accuracy against the layer budget (issue 17 §3; paper §6.2's budget study), from run files only:
 
-    python -m server_app.budget_sweep results/bench-yesno-k1 results/bench-yesno-k2 results/bench-yesno-k4
+    python -m experiments.budget_sweep results/bench-yesno-k1 results/bench-yesno-k2 results/bench-yesno-k4
 
 Each experiment is a sweep whose runs give every client the same budget k (run config ``budgets``,
 one value). Printed: one markdown row per strategy, one column per k, the overall accuracy (%,
@@ -10,7 +10,7 @@ experiment holds them. Written: ``budget_sweep.png`` (``--figure``): accuracy ag
 strategy, ± one std, with ``all`` and ``none`` as horizontal bands, and beside it ``<stem>.csv``, the
 printed table (the values the figure plots); ``--redraw <stem>.csv`` draws the figure again from that
 table alone, without run folders. Paired intervals at each k come from
-``python -m server_app.paired <experiments> --against random,lntk``.
+``python -m experiments.paired <experiments> --against random,lntk``.
 """
 
 from __future__ import annotations
@@ -23,7 +23,7 @@ from pathlib import Path
 
 import numpy as np
 
-from server_app.report import load_runs, mean_std, plus_minus, pyplot, run_metrics, save_figure
+from experiments.report import load_runs, mean_std, plus_minus, pyplot, run_metrics, save_figure
 from settings import ALL_LAYERS, HEADS_ONLY, parse_budgets
 
 BAND_STYLES = {ALL_LAYERS: "--", HEADS_ONLY: ":"}  # strategies whose layers do not depend on k
@@ -133,7 +133,7 @@ def plot(path: Path, stats: Stats) -> Path:
 
 
 def main(argv: list[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(prog="python -m server_app.budget_sweep")
+    parser = argparse.ArgumentParser(prog="python -m experiments.budget_sweep")
     parser.add_argument("experiments", nargs="*", type=Path, help="results/<experiment>, one per k")
     parser.add_argument("--figure", type=Path, default=None,
                         help="where to write the figure (default: budget_sweep.png beside the "

@@ -1,14 +1,14 @@
 """README's headline numbers, recomputed from the committed tables of ``docs/results`` (issue 34):
 
-    python -m server_app.headlines              # every check: README text, recomputed text, source
-    python -m server_app.headlines extract docs/results/bench-agg.md docs/results/bench-agg/vs-fedavg.csv \\
+    python -m experiments.headlines              # every check: README text, recomputed text, source
+    python -m experiments.headlines extract docs/results/bench-agg.md docs/results/bench-agg/vs-fedavg.csv \\
         --section "Paired against FedAvg"       # every table: docs/results/tables.sh
 
 ``extract`` copies a markdown table that a lab tool printed into a committed CSV: a paired table
-(one with a "per-seed difference (pp)" column, printed by `server_app.paired`) becomes the long
-table of `server_app.paired.write_differences` (row, base, metric, seed, difference), from which
+(one with a "per-seed difference (pp)" column, printed by `experiments.paired`) becomes the long
+table of `experiments.paired.write_differences` (row, base, metric, seed, difference), from which
 every mean and 95 % interval is recomputed (`paired_interval`) and a figure redrawn
-(``python -m server_app.paired --redraw``); any other table is copied cell by cell (``**`` dropped).
+(``python -m experiments.paired --redraw``); any other table is copied cell by cell (``**`` dropped).
 
 The checks (`CHECKS`) are a table of (README phrase with its numbers left open, the CSVs they come
 from, how they are computed): the phrase is found in README (whitespace and the minus sign "−"
@@ -26,7 +26,7 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 
-from server_app.paired import DIFFERENCE_COLUMNS, paired_interval
+from experiments.paired import DIFFERENCE_COLUMNS, paired_interval
 
 ROOT = Path(__file__).resolve().parent.parent
 RESULTS = ROOT / "docs" / "results"
@@ -173,7 +173,7 @@ def _range(*names: str) -> list[float]:
 
 
 def _wall_hours(name: str) -> float:
-    """The wall time of a `server_app.sweep_time` table's ``all`` row ('5588 s (1.55 h)'), in hours."""
+    """The wall time of a `experiments.sweep_time` table's ``all`` row ('5588 s (1.55 h)'), in hours."""
     return number(next(r["wall"] for r in rows(name) if r["experiment"] == "all").split(" s")[0]) / 3600
 
 
@@ -276,7 +276,7 @@ def check(readme: Path = ROOT / "README.md") -> list[tuple[Check, list[str] | No
 def main(argv: list[str] | None = None) -> int:
     args = sys.argv[1:] if argv is None else argv
     if args[:1] == ["extract"]:
-        parser = argparse.ArgumentParser(prog="python -m server_app.headlines extract")
+        parser = argparse.ArgumentParser(prog="python -m experiments.headlines extract")
         parser.add_argument("source", type=Path)
         parser.add_argument("out", type=Path)
         parser.add_argument("--section", default="", help="the part under the heading containing this")
@@ -289,7 +289,7 @@ def main(argv: list[str] | None = None) -> int:
             return 2
         return 0
     if args:
-        print("usage: python -m server_app.headlines "
+        print("usage: python -m experiments.headlines "
               "[extract <source.md> <out.csv> [--section H] [--table N]]", file=sys.stderr)
         return 2
     results = check()

@@ -1,6 +1,6 @@
 """How many server-PIA passes (``fedpia-iterations``): recovery of planted alignments and cost.
 
-    python -m strategies.aggregation.pia_bench [--trials 2000] [--seed 1] [--noise 0.2] [--json]
+    python -m experiments.bench_pia [--trials 2000] [--seed 1] [--noise 0.2] [--json]
 
 Planted cases: K = 3..5 clients hold the rank units of one random adapter (A: r x d, B: d x r,
 r = 2..4, entries N(0, 1)) in their own random order, each unit moved by the client's own training

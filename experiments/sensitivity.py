@@ -1,6 +1,6 @@
 """Screening for a benchmark where layer choice matters (issue 17, docs/results/sensitivity.md).
 
-    python -m tasks.sensitivity --dataset easy-vqa --qtype yes/no --lr 1e-4 --head-lr 1e-4 --steps 160
+    python -m experiments.sensitivity --dataset easy-vqa --qtype yes/no --lr 1e-4 --head-lr 1e-4 --steps 160
 
 A centralised proxy of a federated run, cheap enough to try many settings: one client's share of a
 data set (partition `--partition` of `--num-partitions`, iid), local training only, with the heads
@@ -68,7 +68,8 @@ def gaps(results: Sequence[dict]) -> dict[str, float]:
 
 
 def main(argv: list[str] | None = None) -> None:
-    parser = argparse.ArgumentParser(prog="python -m tasks.sensitivity", description=__doc__.splitlines()[0])
+    parser = argparse.ArgumentParser(prog="python -m experiments.sensitivity",
+                                     description=__doc__.splitlines()[0])
     parser.add_argument("--model", default="minilm-effnet")
     parser.add_argument("--dataset", default="easy-vqa")
     parser.add_argument("--qtype", default="", help="keep only questions of this type, e.g. yes/no")
