@@ -7,6 +7,7 @@ Flower; `metaheuristics` needs numpy, scipy and pymoo only; command-line measure
 from __future__ import annotations
 
 import sys
+import tomllib
 from pathlib import Path
 
 import pytest
@@ -89,3 +90,33 @@ def test_the_checks_see_a_planted_offender(tmp_path):
     assert offenders("tasks", forbidden=FLOWER, root=tmp_path) == {"tasks/m.py": ["flwr"]}
     assert offenders("metaheuristics", allowed=OPTIMISER_NEEDS, root=tmp_path) == {
         "metaheuristics/m.py": ["torch"]}
+
+
+def shipped_closure(root: Path = ROOT) -> set[str]:
+    """The project's top-level packages the two apps import, directly or through each other."""
+    packages = {p.parent.name for p in root.glob("*/__init__.py")}
+    todo, seen = ["server_app", "client_app"], set()
+    while todo:
+        package = todo.pop()
+        if package not in seen:
+            seen.add(package)
+            todo += [name for names in imports_of(package, root).values() for name in names & packages]
+    return seen
+
+
+def test_the_wheel_and_the_app_bundle_hold_the_apps_and_what_they_import():
+    """A package the apps need but the bundle lacks fails on a remote site only, so the lists are checked."""
+    with open(ROOT / "pyproject.toml", "rb") as fh:
+        project = tomllib.load(fh)
+    needed = shipped_closure()
+    assert {"server_app", "client_app", "tasks", "settings"} <= needed and LAB not in needed
+    assert set(project["tool"]["hatch"]["build"]["targets"]["wheel"]["packages"]) == needed
+    assert set(project["tool"]["flwr"]["app"]["fab-include"]) == {f"{p}/**/*.py" for p in needed}
+
+
+def test_the_closure_follows_imports_through_floors(tmp_path):
+    for package, source in {"server_app": "import mid\n", "client_app": "", "mid": "from low import x\n",
+                            "low": "", "lab": "import server_app\n"}.items():
+        (tmp_path / package).mkdir()
+        (tmp_path / package / "__init__.py").write_text(source)
+    assert shipped_closure(tmp_path) == {"server_app", "client_app", "mid", "low"}
