@@ -26,7 +26,7 @@ PROJECT_ROOT = Path(__file__).resolve().parent.parent
 OPTIMIZERS = SEARCHES  # the optimising algorithms, not the references (topk, random, last)
 AGGREGATIONS = ("masked-fedavg", "fedpia", "sima", "local", "group-oracle")
 """Names of `strategies.aggregation.AGGREGATIONS`, kept here so that settings (read by both apps)
-need not import the server's strategies; tests/test_selection_registry.py keeps the two equal."""
+need not import the server's strategies; tests/strategies/test_selection_registry.py keeps the two equal."""
 HEADS_ONLY = "none"
 """The strategy that trains no adapter (only the clients' heads): its train masks are empty."""
 ALL_LAYERS = "all"

@@ -7,7 +7,8 @@ putting the modules with the most tests first), so no long module starts last an
 Two workers, one per core: the deployment tests are not idle while they wait on Flower, they start
 processes that import torch, transformers and peft (`python -X importtime -c "import torch, peft"`:
 5.5-6 s), so more workers only make them contend (``-n 4``: 341 s against 313-390 s for 2 on
-the same day). The suite is CPU-bound: whole-machine busy CPU over a quiet run (``tests/suite_cpu.sh``) was
+the same day). The suite is CPU-bound: whole-machine busy CPU over a quiet run
+(``tests/helpers/suite_cpu.sh``) was
 606 of 656 core-seconds at 328 s wall, so what shortens it is fewer process starts (one federation
 for the budget, refused-node and killed-node tests; two sites for FedMosaic; the resume test
 without Ray): 467 core-seconds busy, 261 s wall (Flower's Control API was then called in-process; it
