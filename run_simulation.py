@@ -10,10 +10,10 @@ this machine, would judge (data folder, device) and what the server settles befo
 model builds, budgets fit it, the run directory); a bad one ends the command with one line naming
 the key and exit status 2. One run shows a progress bar over rounds,
 prints a per-client table at the end and exits non-zero if the run failed. With --strategies,
---seeds or --optimizers it runs the comparison sweep of `server_app.experiments` into
+--seeds or --optimizers it runs the comparison sweep of `experiments.sweep` into
 ``<results-dir>/<experiment>/`` (every run validated first, finished runs skipped) and writes its
-tables and figures with `server_app.report`. With --ray-address (or $RAY_ADDRESS) the clients run
-on an existing Ray cluster (`server_app.ray_cluster`) instead of a Ray started on this machine.
+tables and figures with `experiments.report`. With --ray-address (or $RAY_ADDRESS) the clients run
+on an existing Ray cluster (`experiments.ray_cluster`) instead of a Ray started on this machine.
 """
 
 from __future__ import annotations
@@ -27,8 +27,8 @@ import time
 import tomllib
 from pathlib import Path
 
+from experiments.sweep import incomplete
 from flower_compat import check_version
-from server_app.experiments import incomplete
 from settings import PROJECT_ROOT, ConfigError, RunConfig, check_here, default_config, describe, parse_budgets
 from settings.local import available_cores
 
@@ -117,8 +117,8 @@ def simulate(config: RunConfig, num_clients: int, client_cpus: float, client_gpu
              cpus: int | None = None) -> None:
     """Run the app exactly as ``flwr run`` does in its simulation process, but in this process;
     ``cpus`` caps the CPUs Ray hands out (so several runs can share a machine without
-    oversubscribing it: `server_app.experiments` with ``--jobs``). Unless this process is already
-    attached to a cluster (`server_app.ray_cluster.attach`, in which case Flower's backend uses that
+    oversubscribing it: `experiments.sweep` with ``--jobs``). Unless this process is already
+    attached to a cluster (`experiments.ray_cluster.attach`, in which case Flower's backend uses that
     connection), Ray starts afresh on this machine (``address = "local"``): a plain ``ray.init()``
     would join any cluster someone started here with ``ray start`` (it reads Ray's current-cluster
     file), skipping the attach checks, and hang on a stale file of a cluster that was killed."""
@@ -152,25 +152,25 @@ def run_dir_of(config: RunConfig) -> Path:
     return run_directory(config)
 
 
-def sweep(args: argparse.Namespace, overrides: dict[str, object], argv: list[str]) -> int:
+def run_experiment(args: argparse.Namespace, overrides: dict[str, object], argv: list[str]) -> int:
     """The strategy × seed (× optimiser) sweep, then its report."""
-    from server_app import experiments, report
+    from experiments import report, sweep
     from server_app.app import STRATEGIES
 
     base = {**default_config(), **overrides}
     first = RunConfig.from_mapping(base, strategies=STRATEGIES)
-    strategies = (experiments.parse_list("--strategies", args.strategies) if args.strategies is not None
+    strategies = (sweep.parse_list("--strategies", args.strategies) if args.strategies is not None
                   else [first.strategy])
-    seeds = (experiments.parse_list("--seeds", args.seeds, int) if args.seeds is not None
+    seeds = (sweep.parse_list("--seeds", args.seeds, int) if args.seeds is not None
              else [first.seed])
-    optimizers = (experiments.parse_list("--optimizers", args.optimizers) if args.optimizers is not None
+    optimizers = (sweep.parse_list("--optimizers", args.optimizers) if args.optimizers is not None
                   else [])
     name = args.experiment or (Path(args.config).stem if args.config else "experiment")
     if not name or "/" in name:
         raise ConfigError(f"--experiment {name!r} must be a plain directory name")
     experiment_dir = (Path(first.results_dir) / name).expanduser().resolve()
-    specs = experiments.plan(strategies, seeds, optimizers, first.optimizer)
-    experiments.validate(base, specs, experiment_dir, STRATEGIES)
+    specs = sweep.plan(strategies, seeds, optimizers, first.optimizer)
+    sweep.validate(base, specs, experiment_dir, STRATEGIES)
     num_clients = client_count(first, args.num_clients)
     if args.jobs < 1:
         raise ConfigError(f"--jobs {args.jobs} must be >= 1")
@@ -183,7 +183,7 @@ def sweep(args: argparse.Namespace, overrides: dict[str, object], argv: list[str
                 else max(1, available_cores() // args.jobs))
         check_cpus(cpus, args.client_cpus)
     check_here(first, device=not args.ray_address)
-    experiments.write_experiment(experiment_dir, {
+    sweep.write_experiment(experiment_dir, {
         "commands": [shlex.join(["python", "run_simulation.py", *argv])],
         "config-file": args.config, "strategies": strategies, "seeds": seeds,
         "optimizers": optimizers, "optimizer": first.optimizer, "num-clients": num_clients,
@@ -192,7 +192,7 @@ def sweep(args: argparse.Namespace, overrides: dict[str, object], argv: list[str
     })
     print(f"Experiment {experiment_dir}: {len(specs)} runs; {describe(first.budgets, num_clients)}",
           flush=True)
-    outcomes = experiments.run_sweep(base, specs, experiment_dir, num_clients, args.client_cpus,
+    outcomes = sweep.run_sweep(base, specs, experiment_dir, num_clients, args.client_cpus,
                                      args.client_gpus, echo=lambda line: print(line, flush=True),
                                      jobs=args.jobs, cpus=cpus)
     written = report.write_report(experiment_dir)
@@ -206,11 +206,11 @@ def sweep(args: argparse.Namespace, overrides: dict[str, object], argv: list[str
 
 
 def attach_once(address: str, client_cpus: float, client_gpus: float, shared: Path) -> None:
-    """The attach checks of `server_app.ray_cluster` (a ConfigError names what fails), then
+    """The attach checks of `experiments.ray_cluster` (a ConfigError names what fails), then
     disconnect: a sweep's runs are processes of their own that attach again."""
     import ray
 
-    from server_app.ray_cluster import attach
+    from experiments.ray_cluster import attach
 
     print(attach(address, client_cpus, client_gpus, shared).describe(), flush=True)
     ray.shutdown()
@@ -245,13 +245,13 @@ def main(argv: list[str] | None = None) -> int:
         check_version()
         overrides = load_overrides(args.config, args.run_config)
         if any(v is not None for v in (args.strategies, args.seeds, args.optimizers)):
-            return sweep(args, overrides, argv)
+            return run_experiment(args, overrides, argv)
         config = resolve(overrides)
         num_clients = client_count(config, args.num_clients)
         preflight(config, num_clients, args.client_cpus, args.client_gpus, args.cpus, args.ray_address)
         run_dir = run_dir_of(config)
         if args.ray_address:
-            from server_app.ray_cluster import attach
+            from experiments.ray_cluster import attach
 
             print(attach(args.ray_address, args.client_cpus, args.client_gpus, run_dir.parent).describe(),
                   flush=True)

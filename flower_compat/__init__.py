@@ -6,7 +6,8 @@ specifier of pyproject.toml (`SUPPORTED`), checked by `check_version` wherever a
 (``run_simulation.py``, ``deploy.launch``, the ServerApp, every ClientApp), and every private
 name the project needs is imported here, lazily, by `_private`: a Flower release that moved it
 raises `FlowerVersionError`, one line naming the installed version and the supported range, not a
-traceback. tests/test_flower_compat.py fails if a private Flower module is imported anywhere else.
+traceback. tests/flower_compat/test_flower_compat.py fails if a private Flower module is imported
+anywhere else.
 
 Each private import below says why no public API serves. CI checks both ends of the range
 (`checked_on`): the whole suite on the newest release pip resolves, then the tests that touch

@@ -9,7 +9,7 @@ apps import it to find their step. The arrows point one way (apps -> strategies 
 methods); the lazy strings name `strategies` and `client_app` without importing them.
 
 Adding a method is one module (its server step, maybe a client hook) plus one line here
-(CONTRIBUTING.md); nothing outside an entry compares a method's name (tests/test_methods.py scans).
+(CONTRIBUTING.md); nothing outside an entry compares a method's name (tests/methods/test_methods.py scans).
 """
 
 from __future__ import annotations

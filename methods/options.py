@@ -1,6 +1,6 @@
 """The methods' own settings: one frozen dataclass per method that has any, its fields the run-config
 keys it owns (defaults as in ``pyproject.toml [tool.flwr.app.config]``, where Flower reads them;
-tests/test_methods.py keeps the two equal) and how they bind the method's server step."""
+tests/methods/test_methods.py keeps the two equal) and how they bind the method's server step."""
 
 from __future__ import annotations
 

@@ -3,7 +3,7 @@ for every entry of `tasks.models.registry`.
 
 It sits above the models, the adapters and FedMosaic's alignment (`tasks.adapters`,
 `tasks.mosaic.align`), which all read `tasks.models.base`, so no arrow inside `tasks/` points back
-up (tests/test_import_cycles.py).
+up (tests/project/test_import_cycles.py).
 """
 
 from __future__ import annotations

@@ -38,7 +38,7 @@ Inputs that are not batch-first (Qwen2-VL packs all images' patches into one `pi
 `image_grid_thw` row per image) cannot be mapped by vmap and go to that loop directly, each sample
 on its own patches and grid row (`tasks.models.generative.split_inputs`).
 
-Which settings score (tests/test_generative_lntk.py, every family × `vlm-layers`): "loss" and
+Which settings score (tests/tasks/test_generative_lntk.py, every family × `vlm-layers`): "loss" and
 "paper" for every model; "logit" only for a classification head — a generator's (n, T, vocabulary)
 logits are refused in one line (`check_mode`, and before round 1 by check_model_settings).
 """

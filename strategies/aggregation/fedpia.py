@@ -82,7 +82,7 @@ def integration_passes(a_list: Sequence[np.ndarray], b_list: Sequence[np.ndarray
     (distances to that adapter); the passes stop when no client's assignment changes. The FedAvg
     of unaligned adapters can blend different neurons in one slot, and clients whose neurons differ
     (they trained differently) can then be aligned to that blend inconsistently; re-aligning to the
-    integrated adapter repairs it (tests/test_fedpia.py plants such a case)."""
+    integrated adapter repairs it (tests/strategies/test_fedpia.py plants such a case)."""
     a_own = np.stack(a_list).astype(np.float64)
     b_own = np.stack(b_list).astype(np.float64)
     alpha = np.asarray(counts, dtype=np.float64)

@@ -1,8 +1,8 @@
 #!/usr/bin/env bash
 # Issue 29's aggregation benchmark: every run of docs/results/bench-agg.md, two at a time on 2 cores.
 # Usage: docs/results/bench-agg/sweep.sh [seeds]   (default 0,1,2; a rerun skips finished runs)
-# Then: python -m server_app.paired results/bench-aggc-fedavg results/bench-aggc-* (and the rest of
-# docs/results/bench-agg.md), python -m server_app.sweep_time results/bench-agg*
+# Then: python -m experiments.paired results/bench-aggc-fedavg results/bench-aggc-* (and the rest of
+# docs/results/bench-agg.md), python -m experiments.sweep_time results/bench-agg*
 set -euo pipefail
 SEEDS=${1:-0,1,2}
 run() {  # run <config> <experiment> <run-config overrides>

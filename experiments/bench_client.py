@@ -1,0 +1,299 @@
+"""Benchmark: LNTK scoring overhead relative to one local training round (paper supp. E, item 4:
+F3OCUS's overhead is 151.4 s vs 137.5 s per round, i.e. ~10%).
+
+    python -m experiments.bench_client --model minilm-effnet --dataset easy-vqa --json
+    python -m experiments.bench_client --repeat 5      # 5 fresh processes: median, min, max of each figure
+    python -m experiments.bench_client --model tiny-llava --budgets 1,2,4  # per k: s/step, overhead, memory
+
+The scoring batch, local steps, batch size and learning rates default to the app's own run config
+(`[tool.flwr.app.config]` in pyproject.toml), so "one local round" is the round a client really
+runs. LNTK (mode "loss") scores all layers; the round trains BUDGET = 4 layers (the top-4 LNTK
+layers, as F3OCUS would train them). The client is partition 0 of 5 (by-question-type; `--partition`). One
+forward pass warms up the kernels; LNTK then scores the batch twice. The first call pays the
+process's one-time costs of its first backward pass (kernel and autograd start-up, which training
+pays instead when it runs first); a client keeps its process across rounds (simulation actors,
+deployed site workers), so every later round costs what the second call costs. Prints lntk_s (the
+second call: the per-round cost), train_round_s, overhead = lntk_s / train_round_s, lntk_first_s
+and overhead_first (the first call: a fresh process's first round), samples_per_s (training),
+peak_rss_mb (whole process), and, because wall time on a shared machine depends on the other
+processes, the same in process CPU seconds (lntk_cpu_s, train_round_cpu_s, overhead_cpu) and the
+1-minute load average at the start and at the end of the run.
+
+`--repeat N` runs the benchmark N times, each in a fresh Python process (so every run pays the
+first-call costs a client pays, none is warmed by an earlier one), one after the other, and prints
+each run's figures and then the median, min and max of every numeric figure.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import resource
+import subprocess
+import sys
+import time
+import tomllib
+from pathlib import Path
+
+import numpy as np
+import torch
+from scipy.stats import spearmanr
+
+from tasks.build import build_model
+from tasks.data import load_partition
+from tasks.lntk import layer_scores
+from tasks.models.registry import ModelSpec
+from tasks.train import train
+
+BUDGET = 4
+PYPROJECT = Path(__file__).resolve().parents[1] / "pyproject.toml"
+
+
+def app_defaults(path: Path = PYPROJECT) -> dict[str, int | float]:
+    """The run-config defaults the benchmark shares with the app (scoring batch, round, lrs)."""
+    config = tomllib.loads(path.read_text())["tool"]["flwr"]["app"]["config"]
+    keys = ("score-batch-size", "local-steps", "batch-size", "lr", "head-lr", "weight-decay")
+    return {key: config[key] for key in keys}
+
+
+APP = app_defaults()
+
+
+def run(
+    model_name: str,
+    dataset: str,
+    *,
+    scoring_batch: int = APP["score-batch-size"],
+    steps: int = APP["local-steps"],
+    batch_size: int = APP["batch-size"],
+    budget: int = BUDGET,
+    seed: int = 0,
+    partition: int = 0,
+    rank_check: bool = False,
+    rank_reference: int = 64,
+    budgets: tuple[int, ...] = (),
+    device: str = "cpu",
+    model_options: dict | None = None,
+) -> dict[str, float]:
+    load_start = os.getloadavg()[0]
+    part = load_partition(dataset, partition, 5, "by-question-type", seed=seed)
+    model = build_model(ModelSpec(model_name, seed=seed, **(model_options or {})), len(part.labels),
+                        part.task).to(device)
+    model.answers = tuple(part.labels)  # a generative model writes its answers as text
+    with torch.no_grad():  # warm-up
+        model(model.collate(part.train[:batch_size]))
+    first = layer_scores(model, part.train[:scoring_batch])
+    cpu = time.process_time()
+    scores = layer_scores(model, part.train[:scoring_batch])
+    lntk_cpu = time.process_time() - cpu
+    mask = np.zeros(len(model.layer_names), bool)
+    mask[np.argsort(-scores.scores)[: min(budget, len(mask))]] = True
+    start, cpu = time.perf_counter(), time.process_time()
+    train(model, part.train, mask, steps=steps, batch_size=batch_size, lr=APP["lr"],
+          head_lr=APP["head-lr"], weight_decay=APP["weight-decay"], device=device)
+    train_s, train_cpu = time.perf_counter() - start, time.process_time() - cpu
+    peak_rss_mb = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024
+    load = os.getloadavg()[0]
+    extra = (rank_agreement(model, part.train, scoring_batch, int(mask.sum()), reference=rank_reference)
+             if rank_check else {})
+    if budgets:
+        extra["per_budget"] = per_budget(model, part.train, scores.scores, scores.seconds, budgets, steps,
+                                         batch_size)
+    return {
+        "model": model_name,
+        "dataset": dataset,
+        "layers": len(model.layer_names),
+        "scoring_batch": scoring_batch,
+        "steps": steps,
+        "batch_size": batch_size,
+        "budget": int(mask.sum()),
+        "lntk_s": round(scores.seconds, 4),
+        "train_round_s": round(train_s, 4),
+        "overhead": round(scores.seconds / train_s, 4),
+        "lntk_first_s": round(first.seconds, 4),
+        "overhead_first": round(first.seconds / train_s, 4),
+        "lntk_cpu_s": round(lntk_cpu, 4),
+        "train_round_cpu_s": round(train_cpu, 4),
+        "overhead_cpu": round(lntk_cpu / train_cpu, 4),
+        "samples_per_s": round(steps * batch_size / train_s, 2),
+        "peak_rss_mb": round(peak_rss_mb, 1),
+        "torch_threads": torch.get_num_threads(),
+        "load_avg_1m_start": round(load_start, 2),
+        "load_avg_1m": round(load, 2),
+        **extra,
+    }
+
+
+def peak_memory_mb(device: torch.device) -> float:
+    """CUDA: the most memory allocated since the last reset; else the process's peak RSS (it
+    only grows, so on CPU a later budget's figure includes the earlier ones')."""
+    if device.type == "cuda":
+        return torch.cuda.max_memory_allocated(device) / 2**20
+    return resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024
+
+
+def per_budget(model, samples: list, scores: np.ndarray, lntk_s: float, budgets: tuple[int, ...],
+               steps: int, batch_size: int) -> list[dict[str, float]]:
+    """For each budget k: one local round on the top-k LNTK layers; seconds per local step, the
+    LNTK overhead (lntk_s over that round) and peak memory."""
+    rows = []
+    for k in budgets:
+        mask = np.zeros(len(model.layer_names), bool)
+        mask[np.argsort(-scores)[: min(k, len(mask))]] = True
+        if model.device.type == "cuda":
+            torch.cuda.synchronize(model.device)
+            torch.cuda.reset_peak_memory_stats(model.device)
+        start = time.perf_counter()
+        train(model, samples, mask, steps=steps, batch_size=batch_size, lr=APP["lr"],
+              head_lr=APP["head-lr"], weight_decay=APP["weight-decay"], device=str(model.device))
+        if model.device.type == "cuda":
+            torch.cuda.synchronize(model.device)
+        seconds = time.perf_counter() - start
+        rows.append({"k": int(mask.sum()), "step_s": round(seconds / steps, 4),
+                     "overhead": round(lntk_s / seconds, 4),
+                     "peak_mb": round(peak_memory_mb(model.device), 1)})
+    return rows
+
+
+def rank_agreement(
+    model: torch.nn.Module, samples: list, scoring_batch: int, budget: int, batches: int = 4,
+    reference: int = 64,
+) -> dict[str, float]:
+    """Is the scoring batch big enough? Spearman ρ between the layer scores of `batches` disjoint
+    scoring batches and those of `reference` (at least 2 scoring batches) other samples, and the
+    share of the reference top-k layers (k = budget) that each batch also ranks top-k. A batch
+    whose scores are all equal has no rank order; it counts as ρ = 0."""
+    reference = max(reference, 2 * scoring_batch)
+    if len(samples) < batches * scoring_batch + reference:
+        raise ValueError(f"--rank-check needs {batches * scoring_batch + reference} training samples, "
+                         f"the partition has {len(samples)}")
+    ref = layer_scores(model, samples[-reference:]).scores
+    top = set(np.argsort(-ref)[:budget])
+    rho, overlap = [], []
+    for b in range(batches):
+        scores = layer_scores(model, samples[b * scoring_batch : (b + 1) * scoring_batch]).scores
+        constant = np.ptp(scores) == 0 or np.ptp(ref) == 0
+        rho.append(0.0 if constant else spearmanr(scores, ref).statistic)
+        overlap.append(len(top & set(np.argsort(-scores)[:budget])) / budget)
+    return {
+        "rank_rho_mean": round(float(np.mean(rho)), 3),
+        "rank_rho_min": round(float(np.min(rho)), 3),
+        "topk_overlap_mean": round(float(np.mean(overlap)), 3),
+    }
+
+
+def summarize(runs: list[dict]) -> dict[str, dict[str, float]]:
+    """Median, min and max over the runs of every numeric figure (in the runs' key order)."""
+    keys = [k for k, v in runs[0].items() if isinstance(v, (int, float)) and not isinstance(v, bool)]
+    values = {k: np.array([run[k] for run in runs], dtype=float) for k in keys}
+    return {
+        stat: {k: round(float(fn(v)), 4) for k, v in values.items()}
+        for stat, fn in (("median", np.median), ("min", np.min), ("max", np.max))
+    }
+
+
+def run_fresh(argv: list[str]) -> dict:
+    """One benchmark run in a fresh Python process (the repository root on its path)."""
+    root = str(PYPROJECT.parent)
+    env = {**os.environ, "PYTHONPATH": os.pathsep.join(filter(None, [root, os.environ.get("PYTHONPATH")]))}
+    done = subprocess.run([sys.executable, "-m", "experiments.bench_client", *argv, "--json"],
+                          capture_output=True, text=True, env=env, check=False)
+    if done.returncode != 0:
+        raise RuntimeError(f"benchmark run failed ({done.returncode}): {done.stderr.strip()[-2000:]}")
+    return json.loads(done.stdout.strip().splitlines()[-1])
+
+
+def _positive(text: str) -> int:
+    value = int(text)
+    if value < 1:
+        raise argparse.ArgumentTypeError(f"{value} is not >= 1")
+    return value
+
+
+def child_argv(args: argparse.Namespace) -> list[str]:
+    """The command line of one of `--repeat`'s runs: the same settings, run once."""
+    argv = []
+    for key in ("model", "dataset", "scoring_batch", "steps", "batch_size", "budget", "seed",
+                "partition", "rank_reference", "threads", "budgets", "device", "dtype"):
+        value = getattr(args, key)
+        if value is not None and value != "":
+            argv += [f"--{key.replace('_', '-')}", str(value)]
+    return (argv + (["--rank-check"] if args.rank_check else [])
+            + (["--gradient-checkpointing"] if args.gradient_checkpointing else []))
+
+
+def main(argv: list[str] | None = None) -> None:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--model", default="minilm-effnet")
+    parser.add_argument("--dataset", default="easy-vqa")
+    parser.add_argument("--scoring-batch", type=_positive, default=APP["score-batch-size"])
+    parser.add_argument("--steps", type=_positive, default=APP["local-steps"])
+    parser.add_argument("--batch-size", type=_positive, default=APP["batch-size"])
+    parser.add_argument("--budget", type=_positive, default=BUDGET)
+    parser.add_argument("--seed", type=int, default=0)
+    parser.add_argument("--partition", type=int, default=0, help="which of the 5 partitions is the client")
+    parser.add_argument("--rank-check", action="store_true",
+                        help="after the round, layer ranks of 4 scoring batches vs a reference batch")
+    parser.add_argument("--rank-reference", type=_positive, default=64,
+                        help="samples in the --rank-check reference batch (at least 2 scoring batches)")
+    parser.add_argument("--threads", type=int, default=None, help="torch threads (default: torch's)")
+    parser.add_argument("--repeat", type=_positive, default=1,
+                        help="runs, each in a fresh process; prints median, min and max of each figure")
+    parser.add_argument("--budgets", default="",
+                        help="comma-separated budgets k: per k, seconds per local step, LNTK overhead "
+                             "and peak memory (CUDA max allocated, else process RSS)")
+    parser.add_argument("--device", default="cpu", help="device of the model (default cpu)")
+    parser.add_argument("--dtype", default="float32", choices=("float32", "bfloat16", "float16"),
+                        help="generative models' frozen weights")
+    parser.add_argument("--gradient-checkpointing", action="store_true")
+    parser.add_argument("--json", action="store_true", help="print one JSON line")
+    args = parser.parse_args(argv)
+    if args.repeat > 1:
+        runs = []
+        for _ in range(args.repeat):
+            runs.append(run_fresh(child_argv(args)))
+            if not args.json:
+                print(json.dumps(runs[-1]), flush=True)
+        summary = summarize(runs)
+        if args.json:
+            print(json.dumps({"repeat": args.repeat, "runs": runs, **summary}))
+        else:
+            print(f"{'figure':>18} {'median':>10} {'min':>10} {'max':>10}")
+            for key in summary["median"]:
+                print(f"{key:>18} " + " ".join(f"{summary[s][key]:>10g}" for s in ("median", "min", "max")))
+        sys.stdout.flush()
+        return
+    if args.threads is not None:
+        torch.set_num_threads(args.threads)
+    result = run(
+        args.model,
+        args.dataset,
+        scoring_batch=args.scoring_batch,
+        steps=args.steps,
+        batch_size=args.batch_size,
+        budget=args.budget,
+        seed=args.seed,
+        partition=args.partition,
+        rank_check=args.rank_check,
+        rank_reference=args.rank_reference,
+        budgets=tuple(int(k) for k in args.budgets.split(",") if k.strip()),
+        device=args.device,
+        model_options={"dtype": args.dtype, "gradient_checkpointing": args.gradient_checkpointing,
+                       "device": args.device},
+    )
+    if args.json:
+        print(json.dumps(result))
+    else:
+        for key, value in result.items():
+            if key != "per_budget":
+                print(f"{key:>14}: {value}")
+        if result.get("per_budget"):
+            print(f"{'k':>4} {'s/step':>8} {'overhead':>9} {'peak MB':>9}")
+            for row in result["per_budget"]:
+                print(f"{row['k']:>4} {row['step_s']:>8.4f} {row['overhead']:>9.4f} {row['peak_mb']:>9.1f}")
+    sys.stdout.flush()
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,307 @@
+"""README's headline numbers, recomputed from the committed tables of ``docs/results`` (issue 34):
+
+    python -m experiments.headlines              # every check: README text, recomputed text, source
+    python -m experiments.headlines extract docs/results/bench-agg.md docs/results/bench-agg/vs-fedavg.csv \\
+        --section "Paired against FedAvg"       # every table: docs/results/tables.sh
+
+``extract`` copies a markdown table that a lab tool printed into a committed CSV: a paired table
+(one with a "per-seed difference (pp)" column, printed by `experiments.paired`) becomes the long
+table of `experiments.paired.write_differences` (row, base, metric, seed, difference), from which
+every mean and 95 % interval is recomputed (`paired_interval`) and a figure redrawn
+(``python -m experiments.paired --redraw``); any other table is copied cell by cell (``**`` dropped).
+
+The checks (`CHECKS`) are a table of (README phrase with its numbers left open, the CSVs they come
+from, how they are computed): the phrase is found in README (whitespace and the minus sign "−"
+normalised) and each number README prints must lie within its rounding of the recomputed one, so
+README and the tables cannot drift apart.
+"""
+
+from __future__ import annotations
+
+import argparse
+import csv
+import re
+import sys
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass
+from pathlib import Path
+
+from experiments.paired import DIFFERENCE_COLUMNS, paired_interval
+
+ROOT = Path(__file__).resolve().parent.parent
+RESULTS = ROOT / "docs" / "results"
+DIFFERENCE_HEADER = "per-seed difference (pp)"
+
+
+# -- markdown tables -> CSV -------------------------------------------------------------------------
+def markdown_tables(text: str, section: str = "") -> list[list[list[str]]]:
+    """Every table (header row first, the |---| row dropped) of the markdown `text`, or of the part
+    from the heading containing `section` to the next heading."""
+    if section:
+        parts = re.split(r"^#+ ", text, flags=re.M)
+        matches = [p for p in parts if p.split("\n", 1)[0].find(section) >= 0]
+        if len(matches) != 1:
+            raise ValueError(f"--section {section!r}: {len(matches)} headings contain it (need 1)")
+        text = matches[0]
+    tables, current = [], []
+    for line in [*text.splitlines(), ""]:
+        if line.startswith("|"):
+            cells = [c.strip().replace("**", "") for c in line.strip().strip("|").split("|")]
+            if not all(set(c) <= set("-: ") for c in cells):
+                current.append(cells)
+        elif current:
+            tables.append(current)
+            current = []
+    return tables
+
+
+def differences(table: list[list[str]]) -> list[list[str]]:
+    """A printed paired table as `DIFFERENCE_COLUMNS` rows: comparison "A − B" -> row A, base B; the
+    metric (``overall`` where the table has none) and the seeds (0, 1, ... where it has none)."""
+    head = table[0]
+    col = {name: head.index(name) for name in ("comparison", "metric", "seeds", DIFFERENCE_HEADER)
+           if name in head}
+    if "comparison" not in col:
+        raise ValueError(f"a paired table needs a 'comparison' column; its columns are {head}")
+    out = []
+    for cells in table[1:]:
+        parts = cells[col["comparison"]].split(" − ")
+        if len(parts) != 2:
+            raise ValueError(f"comparison {cells[col['comparison']]!r} is not 'row − base'")
+        row, base = (part.strip() for part in parts)
+        diffs = [float(d.replace("−", "-")) for d in cells[col[DIFFERENCE_HEADER]].split(",")]
+        seeds = cells[col["seeds"]].split(",") if "seeds" in col else range(len(diffs))
+        metric = cells[col["metric"]] if "metric" in col else "overall"
+        out += [[row, base, metric, str(seed), f"{d:g}"] for seed, d in zip(seeds, diffs, strict=True)]
+    return out
+
+
+def extract(source: Path, out: Path, section: str = "", index: int | None = None) -> Path:
+    """Table `index` of `source` (or of its `section`; without an index, the only one) as CSV at
+    `out` (module doc)."""
+    tables = markdown_tables(Path(source).read_text(encoding="utf-8"), section)
+    if not tables:
+        raise ValueError(f"{str(source)!r} section {section!r}: no markdown table")
+    if index is None and len(tables) != 1:
+        raise ValueError(f"{str(source)!r} section {section!r}: {len(tables)} tables; name one with --table")
+    if index is not None and not 0 <= index < len(tables):
+        raise ValueError(f"--table {index}: {str(source)!r} section {section!r} has {len(tables)} tables")
+    table = tables[index or 0]
+    paired = DIFFERENCE_HEADER in table[0]
+    with open(out, "w", newline="", encoding="utf-8") as fh:
+        csv.writer(fh).writerows([DIFFERENCE_COLUMNS, *differences(table)] if paired else table)
+    return out
+
+
+# -- reading the committed tables -------------------------------------------------------------------
+def rows(name: str) -> list[dict[str, str]]:
+    with open(RESULTS / name, newline="", encoding="utf-8") as fh:
+        return list(csv.DictReader(fh))
+
+
+def number(cell: str) -> float:
+    """The mean of a 'mean ± std' cell or a plain number."""
+    return float(cell.split("±")[0].replace("−", "-"))
+
+
+def interval(name: str, row: str, base: str, metric: str = "overall") -> tuple[float, float, float]:
+    """Mean and 95 % t interval of the paired differences `row` − `base` of a differences CSV."""
+    diffs = [float(r["difference"]) for r in rows(name)
+             if (r["row"], r["base"], r["metric"]) == (row, base, metric)]
+    if not diffs:
+        raise ValueError(f"{name}: no differences {row!r} − {base!r} ({metric})")
+    return paired_interval(diffs, [0.0] * len(diffs))
+
+
+def value_cell(name: str, key: str, column: str, key_column: str = "strategy") -> str:
+    """The cell of `column` in the one row of CSV `name` whose `key_column` is `key`."""
+    match = [r[column] for r in rows(name) if r[key_column] == key]
+    if len(match) != 1:
+        raise ValueError(f"{name}: {len(match)} rows with {key_column} = {key!r} (need 1)")
+    return match[0]
+
+
+def value(name: str, key: str, column: str, key_column: str = "strategy") -> float:
+    return number(value_cell(name, key, column, key_column))
+
+
+def column(name: str, col: str) -> list[float]:
+    return [number(r[col]) for r in rows(name)]
+
+
+# -- the checks -------------------------------------------------------------------------------------
+@dataclass(frozen=True)
+class Check:
+    """One README phrase: `template` with a ``{}`` for every number, `values` computes those numbers
+    from `sources` (files under docs/results)."""
+
+    template: str
+    sources: tuple[str, ...]
+    values: Callable[[], Sequence[float]]
+
+
+AGC = "bench-aggc-{}/all"
+YN = "bench-yesno: f3ocus-nsga2"
+K2 = "bench-yesno-k2/table.csv"
+NO_CONFLICT = ("bench-agg/no-conflict.csv", "bench-agg-fedavg/all", "bench-agg-local/all")
+
+
+def _vs_fedavg(method: str) -> tuple[float, float, float]:
+    return interval("bench-agg/vs-fedavg.csv", AGC.format(method), AGC.format("fedavg"))
+
+
+TYPES = "bench-agg/types-vs-fedavg.csv"
+
+
+def _types() -> list[float]:
+    """SIMA on conf/bench-agg-types.toml: mean same-group weight, SIMA − FedAvg, oracle − SIMA."""
+    weights = column("bench-agg/sima-types-weights.csv", "same-group-weight")
+
+    def diffs(method: str) -> list[float]:
+        return [float(r["difference"]) for r in rows(TYPES)
+                if (r["row"], r["metric"]) == (f"bench-aggt-{method}/all", "overall")]
+
+    mean, low, high = paired_interval(diffs("oracle"), diffs("sima"))
+    gain = interval(TYPES, "bench-aggt-sima/all", "bench-aggt-fedavg/all")
+    return [sum(weights) / len(weights), *gain, mean, -high, -low]
+
+
+def _range(*names: str) -> list[float]:
+    values = [v for name in names
+              for v in column(name, "overall" if "optimizers" in name else "overall_mean")]
+    return [min(values), max(values)]
+
+
+def _wall_hours(name: str) -> float:
+    """The wall time of a `experiments.sweep_time` table's ``all`` row ('5588 s (1.55 h)'), in hours."""
+    return number(next(r["wall"] for r in rows(name) if r["experiment"] == "all").split(" s")[0]) / 3600
+
+
+def _k2_wall() -> list[float]:
+    """bench-yesno-k2's wall seconds and wall seconds per run."""
+    name = "bench-yesno/sweep_time.csv"
+    wall = number(value_cell(name, "bench-yesno-k2", "wall", "experiment").split(" s")[0])
+    return [wall, wall / value(name, "bench-yesno-k2", "runs", "experiment")]
+
+
+def _optimiser_batch() -> tuple[int, float]:
+    """Runs and wall seconds of bench-yesno's last batch (the four other optimisers), timed on its own
+    after a pause and printed in docs/results/README.md ('opt runs 12 wall 1043.1...')."""
+    found = re.search(r"opt runs (\d+) wall ([\d.]+)", (RESULTS / "README.md").read_text(encoding="utf-8"))
+    if found is None:
+        raise ValueError("docs/results/README.md: the optimiser batch's timing line is gone")
+    return int(found[1]), float(found[2])
+
+
+def _screening(*cells: tuple[str, str]) -> list[float]:
+    return [value("sensitivity/screening.csv", row, col, "#") for row, col in cells]
+
+
+CHECKS: tuple[Check, ...] = (
+    Check("`all` {} %, heads only {} %, majority answer {} %", (K2,),
+          lambda: [value(K2, "all", "overall_mean"), value(K2, "none", "overall_mean"),
+                   value(K2, "all", "majority_mean")]),
+    Check("F3OCUS beats LNTK top-k by {} pp (paired 95 % interval [{}, {}])", ("bench-yesno/paired.csv",),
+          lambda: interval("bench-yesno/paired.csv", YN, "lntk")),
+    Check("random layers by {} pp ([{}, {}],", ("bench-yesno/paired.csv",),
+          lambda: interval("bench-yesno/paired.csv", YN, "random")),
+    Check("at k = 2 ({} pp, [{}, {}]) and k = 4 ({} pp, [{}, {}])", ("bench-yesno-budget/paired.csv",),
+          lambda: [*(v for k in (2, 4) for v in interval("bench-yesno-budget/paired.csv",
+                                                          f"bench-yesno-k{k}: f3ocus-nsga2", "lntk"))]),
+    Check("(task1 {}–{} %, task2 {}–{} %)",
+          ("task1-hetero/table.csv", "task2-hetero/table.csv", "task2-hetero/optimizers.csv"),
+          lambda: [*_range("task1-hetero/table.csv"),
+                   *_range("task2-hetero/table.csv", "task2-hetero/optimizers.csv")]),
+    Check("server step costs {}–{} s per round", ("task1-hetero/table.csv", "task2-hetero/table.csv"),
+          lambda: sorted(value(f"{t}-hetero/table.csv", "f3ocus", "server_s_mean")
+                         for t in ("task2", "task1"))),
+    Check("where sharing helps (FedAvg − local {} pp, [{}, {}], 5 seeds)", NO_CONFLICT[:1],
+          lambda: interval(*NO_CONFLICT)),
+    Check("FedAvg falls {} pp below local training", ("bench-agg/vs-local.csv",),
+          lambda: [-interval("bench-agg/vs-local.csv", AGC.format("fedavg"), AGC.format("local"))[0]]),
+    Check("(the group oracle) gains {} pp [{}, {}] over FedAvg", ("bench-agg/vs-fedavg.csv",),
+          lambda: _vs_fedavg("oracle")),
+    Check("SIMA is not distinguishable from FedAvg ({}, [{}, {}],", ("bench-agg/vs-fedavg.csv",),
+          lambda: _vs_fedavg("sima")),
+    Check("is below it ({}, [{}, {}]) at half the uplink", ("bench-agg/vs-fedavg.csv",),
+          lambda: _vs_fedavg("sima-pq")),
+    Check("SIMA gives a client's group partner {} of the weight (uniform: 0.2) and gains {} pp [{}, {}] "
+          "over FedAvg, {} pp [{}, {}] below the group oracle", (TYPES, "bench-agg/sima-types-weights.csv"),
+          _types),
+    Check("bench-agg.md, 5 seeds: FedAvg − local {} pp with it", NO_CONFLICT[:1],
+          lambda: interval(*NO_CONFLICT)[:1]),
+    Check("The whole sweep, {} runs, took {} h on 2 cores", ("bench-yesno/sweep_time.csv", "README.md"),
+          lambda: [value("bench-yesno/sweep_time.csv", "all", "runs", "experiment") + _optimiser_batch()[0],
+                   _wall_hours("bench-yesno/sweep_time.csv") + _optimiser_batch()[1] / 3600]),
+    Check("the 30 runs of `bench-yesno-k2` with `--jobs 2` took {} s wall, {} s a run",
+          ("bench-yesno/sweep_time.csv",), _k2_wall),
+    Check("`docs/results/bench-agg/sweep.sh`, {} runs in {} h with `--jobs 2`", ("bench-agg/sweep_time.csv",),
+          lambda: [sum(column("bench-agg/sweep_time.csv", "runs")[:-1]),  # every row but "all"
+                   _wall_hours("bench-agg/sweep_time.csv")]),
+    Check("heads alone {} % at head-lr 3e-3 against {} % at 1e-4, all adapters {} % against {} %, and {} % "
+          "at 1e-4 after 160 steps", ("sensitivity/screening.csv",),
+          lambda: _screening(("1", "none"), ("6", "none"), ("1", "all"), ("6", "all"), ("5", "all"))),
+)
+
+NUMBER = r"([+-]?\d+(?:\.\d+)?)"
+
+
+def normalise(text: str) -> str:
+    return " ".join(text.replace("−", "-").split())
+
+
+def tolerance(printed: str) -> float:
+    """How far a printed number may lie from the recomputed one: half a unit of its last digit
+    (README rounds) plus 0.01 (the CSVs hold the lab tools' two-decimal prints)."""
+    decimals = len(printed.split(".")[1]) if "." in printed else 0
+    return 0.5 * 10 ** -decimals + 0.01
+
+
+def check(readme: Path = ROOT / "README.md") -> list[tuple[Check, list[str] | None, list[float], bool]]:
+    """Every check: README's printed numbers (None where the phrase is not found), the recomputed
+    ones, and whether each printed number is within its `tolerance` of the recomputed one."""
+    text = normalise(readme.read_text(encoding="utf-8"))
+    out = []
+    for item in CHECKS:
+        pattern = NUMBER.join(re.escape(part) for part in normalise(item.template).split("{}"))
+        found = re.search(pattern, text)
+        values = [float(v) for v in item.values()]
+        printed = list(found.groups()) if found else None
+        ok = printed is not None and all(abs(float(p) - v) <= tolerance(p)
+                                         for p, v in zip(printed, values, strict=True))
+        out.append((item, printed, values, ok))
+    return out
+
+
+def main(argv: list[str] | None = None) -> int:
+    args = sys.argv[1:] if argv is None else argv
+    if args[:1] == ["extract"]:
+        parser = argparse.ArgumentParser(prog="python -m experiments.headlines extract")
+        parser.add_argument("source", type=Path)
+        parser.add_argument("out", type=Path)
+        parser.add_argument("--section", default="", help="the part under the heading containing this")
+        parser.add_argument("--table", type=int, help="which table (0 = the first) where there are several")
+        ns = parser.parse_args(args[1:])
+        try:
+            print(extract(ns.source, ns.out, ns.section, ns.table))
+        except (ValueError, FileNotFoundError) as err:
+            print(f"error: {err}", file=sys.stderr)
+            return 2
+        return 0
+    if args:
+        print("usage: python -m experiments.headlines "
+              "[extract <source.md> <out.csv> [--section H] [--table N]]", file=sys.stderr)
+        return 2
+    results = check()
+    for item, printed, values, ok in results:
+        status = "ok  " if ok else ("DIFF" if printed else "GONE")
+        shown = ", ".join(printed) if printed else "phrase not in README"
+        print(f"{status} \"{item.template}\"\n     README: {shown}\n     recomputed: "
+              + ", ".join(f"{v:.3f}" for v in values) + f"  <- docs/results/{', '.join(item.sources)}")
+    bad = sum(not ok for *_, ok in results)
+    print(f"{len(results) - bad} of {len(results)} README phrases agree with docs/results")
+    return 1 if bad else 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())

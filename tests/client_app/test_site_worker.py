@@ -1,0 +1,108 @@
+"""client_app.worker: a deployed site's messages run in one warm worker process, or here."""
+
+from __future__ import annotations
+
+import json
+import os
+import time
+from multiprocessing import AuthenticationError
+
+import pytest
+import torch
+from flwr.app import ConfigRecord, Context, Message, RecordDict
+from flwr.supercore.task_identity import TaskIdentity
+
+from client_app import worker
+from tests.helpers.worker_app import app
+
+
+@pytest.fixture(autouse=True)
+def identity():
+    TaskIdentity.run_id, TaskIdentity.task_id, TaskIdentity.node_id = 11, 12, 13
+
+
+def message(x: int, fail: bool = False) -> Message:
+    config = ConfigRecord({"x": x, "fail": fail, "server-round": 1})
+    return Message(RecordDict({"config": config}), dst_node_id=5, message_type="query.echo")
+
+
+def context(**node_config: object) -> Context:
+    return Context(run_id=7, node_id=5, node_config=node_config, state=RecordDict(), run_config={})
+
+
+def timings(state_dir) -> list[dict]:
+    return [json.loads(line) for line in (state_dir / "timings.jsonl").read_text().splitlines()]
+
+
+def reap(pid: int, timeout: float) -> bool:
+    """Wait for our child `pid` to end and collect it; True if it ended."""
+    deadline = time.monotonic() + timeout
+    while os.waitpid(pid, os.WNOHANG)[0] != pid:
+        if time.monotonic() > deadline:
+            return False
+        time.sleep(0.2)
+    return True
+
+
+def test_a_site_without_state_dir_runs_the_handler_here_untouched(tmp_path):
+    reply = app(message(3), context(**{"partition-id": 0}))
+    assert reply.content["echo"]["pid"] == os.getpid() and reply.content["echo"]["x"] == 3
+    assert not list(tmp_path.iterdir())
+
+
+def test_worker_idle_0_runs_here_with_the_sites_threads_and_records_the_message(tmp_path):
+    threads = torch.get_num_threads()
+    try:
+        ctx = context(**{"state-dir": str(tmp_path), "worker-idle": 0, "num-threads": 1})
+        reply = app(message(4), ctx)
+        assert reply.content["echo"]["pid"] == os.getpid()
+        assert reply.content["echo"]["threads"] == 1
+    finally:
+        torch.set_num_threads(threads)
+    (row,) = timings(tmp_path)
+    assert row["where"] == "process" and row["run-id"] == 7 and row["message"] == "query.echo"
+    assert row["round"] == 1 and row["work"] >= 0 and row["overhead"] >= row["start-to-handler"] > 0
+
+
+def test_messages_share_one_warm_worker_that_keeps_state_raises_and_idles_out(tmp_path, monkeypatch):
+    monkeypatch.setattr(worker, "APP", "tests.helpers.worker_app:app")
+    ctx = context(**{"state-dir": str(tmp_path), "num-threads": 1, "worker-idle": 5})
+    first = app(message(1), ctx).content["echo"]
+    ended = False
+    try:
+        assert first["pid"] != os.getpid() and first["threads"] == 1 and first["x"] == 1
+        second = app(message(2), ctx).content["echo"]
+        assert second["pid"] == first["pid"] and second["calls"] == 2  # context.state came back
+        with pytest.raises(KeyError, match="boom") as raised:  # the handler's own exception, here
+            app(message(3, fail=True), ctx)
+        assert f"site worker (pid {first['pid']})" in "".join(raised.value.__notes__)
+        address, key, _ = worker._endpoint(tmp_path.resolve(), 1)
+        assert (tmp_path / "worker" / "authkey").stat().st_mode & 0o077 == 0
+        with pytest.raises(AuthenticationError):
+            worker._connect(address, b"not the site's key")
+        assert app(message(4), ctx).content["echo"]["pid"] == first["pid"]  # still serving
+        rows = timings(tmp_path)
+        assert [r["where"] for r in rows] == ["worker"] * 3 and all(r["overhead"] > 0 for r in rows)
+        ended = reap(int(first["pid"]), timeout=60)
+        assert ended, "the worker did not exit after worker-idle"
+    finally:
+        if not ended:
+            os.kill(int(first["pid"]), 9)
+            reap(int(first["pid"]), timeout=10)
+
+
+@pytest.mark.parametrize("key, value, match", [
+    ("num-threads", -1, "num-threads = -1"),
+    ("num-threads", "4", "num-threads = '4'"),
+    ("worker-idle", -2.0, "worker-idle = -2.0"),
+    ("worker-idle", "long", "worker-idle = 'long'"),
+])
+def test_bad_node_settings_name_the_setting_and_value(key, value, match):
+    check = worker.num_threads if key == "num-threads" else worker.worker_idle
+    with pytest.raises(ValueError, match=match):
+        check(context(**{key: value}))
+
+
+def test_default_threads_are_the_cores_this_process_may_use():
+    assert worker.num_threads(context()) == len(os.sched_getaffinity(0))
+    assert worker.num_threads(context(**{"num-threads": 3})) == 3

@@ -1,0 +1,1 @@
+"""Tests of flower_compat/."""

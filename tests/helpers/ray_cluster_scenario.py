@@ -1,0 +1,166 @@
+"""A two-node Ray cluster on loopback, a simulation attached to it, and both nodes stopped by PID.
+
+Run by tests/experiments/test_ray_cluster.py as
+``unshare --net python tests/helpers/ray_cluster_scenario.py <out>``: in
+a network namespace of its own whose only interface is ``lo``. Ray, in multi-node mode, resolves
+127.0.0.1 to the host's outward address (``resolve_ip_for_localhost``), and in single-node mode
+refuses a second node; inside the namespace that address is 127.0.0.1, so every Ray process binds
+and connects to loopback only. Steps, each recorded in ``<out>/scenario.json``:
+
+1. ``ray start --head`` and ``ray start --address`` (one CPU each, no dashboard), each in a session
+   of its own (``setsid``), so every process they start is found by session id;
+2. the 2-round job attached with ``run_simulation.py --ray-address`` (one client actor per node),
+   with the sessions of the processes that host a client actor seen while it runs: a node's raylet
+   starts its actors' workers, so the session tells the node;
+3. Flower's own Ray backend, as ``flwr run``'s simulation process builds it, with ``RAY_ADDRESS``;
+4. the refusals: a client larger than any node, ``--cpus`` while attaching, and the same client in a
+   sweep (``--seeds``), which checks once before its first run;
+5. a run with no address (and no ``RAY_ADDRESS``) while the cluster runs: it starts a Ray of its own
+   rather than joining the cluster that ``ray start`` left in Ray's current-cluster file (its client
+   actor is seen in this process's session, none in the cluster's);
+6. every process of both sessions stopped by its PID (never ``ray stop``), and what is left.
+
+The scenario leads a session of its own (tests/experiments/test_ray_cluster.py starts it so),
+which a Ray that a run starts inherits, so the session a client actor's process is in tells which Ray hosts it.
+
+The actors are found by their process title (``ray::ClientAppActor...``) rather than through Ray's
+state API: that API needs the full dashboard, nine module processes whose start, on a loaded machine
+(load 10-20 on 2 cores), failed Ray's fixed 30 s timeout ("Module MetricsHead failed to start") in 2
+of 3 tries, failing the head's start or the state API. Without it the scenario's CPU did not change
+measurably (131 s before, 130 s after, `python tests/helpers/cpu_time.py python -m pytest -q -n 0
+tests/experiments/test_ray_cluster.py`).
+"""
+
+from __future__ import annotations
+
+import contextlib
+import json
+import os
+import signal
+import subprocess
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parents[2]
+JOB = ("model='tiny-vilt' dataset='synthetic' partitioner='iid' budgets='2,1' num-server-rounds=2 "
+       "local-steps=2 batch-size=8 max-test-samples=16 optimizer-pop-size=10 optimizer-generations=4")
+PORT = 6380  # a namespace of our own: nothing else listens there
+ACTOR = b"ray::ClientAppActor"  # the process title of a Ray worker that hosts a client actor
+
+
+def session_of(stat: str) -> int:
+    """The session id in a ``/proc/<pid>/stat`` line (field 6)."""
+    return int(stat.rsplit(")", 1)[1].split()[3])
+
+
+def actor_sessions(among: frozenset[int]) -> set[int]:
+    """Those of the sessions ``among`` that hold a live process hosting a Flower client actor (the
+    namespace has a network of its own, not processes: other users' actors are seen too)."""
+    found = set()
+    for proc in Path("/proc").glob("[0-9]*"):
+        with contextlib.suppress(OSError, ValueError, IndexError):
+            if (proc / "cmdline").read_bytes().startswith(ACTOR):
+                found.add(session_of((proc / "stat").read_text()))
+    return found & among
+
+
+def run(command: list[str], env: dict[str, str], timeout: float = 600,
+        watch: frozenset[int] = frozenset()) -> dict:
+    """Run ``command``; with sessions to ``watch``, also those of them seen hosting a client actor
+    while it ran (every 0.5 s: an actor lives for the whole run)."""
+    proc = subprocess.Popen(command, cwd=ROOT, env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE,
+                            text=True)
+    deadline = time.monotonic() + timeout
+    sessions: set[int] = set()
+    while True:
+        if watch:
+            sessions |= actor_sessions(watch)
+        try:
+            out, err = proc.communicate(timeout=0.5 if watch else timeout)
+            break
+        except subprocess.TimeoutExpired:  # no output is lost by calling communicate again
+            if time.monotonic() > deadline:
+                proc.kill()
+                raise
+    result = {"code": proc.returncode, "stdout": out[-4000:], "stderr": err[-4000:]}
+    if watch:
+        result["actor_sessions"] = sorted(sessions)
+    return result
+
+
+def sessions_processes(sessions: set[int]) -> list[int]:
+    """Live processes whose session id is one of ``sessions`` (field 6 of ``/proc/<pid>/stat``)."""
+    found = []
+    for proc in Path("/proc").glob("[0-9]*"):
+        with contextlib.suppress(OSError, ValueError, IndexError):
+            fields = (proc / "stat").read_text().rsplit(")", 1)[1].split()
+            if int(fields[3]) in sessions and fields[0] != "Z":
+                found.append(int(proc.name))
+    return found
+
+
+def main(out: Path) -> None:
+    subprocess.run(["ip", "link", "set", "lo", "up"], check=True)
+    ray = str(Path(sys.executable).with_name("ray"))
+    env = {**os.environ, "RAY_USAGE_STATS_ENABLED": "0", "PYTHONUNBUFFERED": "1"}
+    for key in ("RAY_ADDRESS", "RAY_ENABLE_WINDOWS_OR_OSX_CLUSTER"):
+        env.pop(key, None)
+    # Ray's temp folder (sessions, and the current-cluster file `ray.init()` reads) in a short folder
+    # of our own: Ray's socket paths are limited, and the machine's /tmp/ray stays untouched
+    env["RAY_TMPDIR"] = tempfile.mkdtemp(prefix="ray", dir="/tmp")
+    address = f"127.0.0.1:{PORT}"
+    record: dict = {"address": address}
+    starters: list[subprocess.Popen] = []
+
+    def start(*args: str) -> dict:
+        proc = subprocess.Popen([ray, "start", *args, "--node-ip-address", "127.0.0.1", "--num-cpus", "1",
+                                 "--num-gpus", "0", "--disable-usage-stats"], env=env, text=True,
+                                stdout=subprocess.PIPE, stderr=subprocess.STDOUT, start_new_session=True)
+        starters.append(proc)
+        output = proc.communicate(timeout=180)[0]
+        return {"code": proc.returncode, "output": output[-3000:]}
+
+    try:
+        record["head"] = start("--head", "--port", str(PORT), "--include-dashboard", "false")
+        record["worker"] = start("--address", address)
+        record["node_sessions"] = sorted(p.pid for p in starters)  # one node per `ray start`
+        record["own_session"] = os.getsid(0)
+        ours = frozenset({*record["node_sessions"], record["own_session"]})
+        simulate = [sys.executable, "run_simulation.py", "--num-clients", "2"]
+        results = out / "results"
+        record["attached"] = run([*simulate, "--ray-address", address, "--client-cpus", "1", "--run-config",
+                                  f"{JOB} results-dir='{results}' run-name='attached'"], env, watch=ours)
+        record["flower_backend"] = run([sys.executable, "-c",
+            "import ray; from flwr.server.superlink.fleet.vce.backend.raybackend import RayBackend; "
+            "RayBackend({'init_args': {'logging_level': 40}, 'client_resources': {'num_cpus': 1}}); "
+            "print(sorted(n['NodeManagerAddress'] for n in ray.nodes() if n['Alive']))"],
+            {**env, "RAY_ADDRESS": address}, timeout=180)
+        record["no_room"] = run([*simulate, "--ray-address", address, "--client-cpus", "2", "--run-config",
+                                 f"{JOB} results-dir='{out / 'no-room'}'"], env)
+        record["no_room_files"] = sorted(p.name for p in (out / "no-room").glob("*"))
+        record["with_cpus"] = run([*simulate, "--ray-address", address, "--cpus", "1", "--client-cpus", "1",
+                                   "--run-config", f"{JOB} results-dir='{out / 'with-cpus'}'"], env)
+        record["sweep_no_room"] = run([*simulate, "--seeds", "0,1", "--experiment", "sweep", "--ray-address",
+                                       address, "--client-cpus", "2", "--run-config",
+                                       f"{JOB} results-dir='{out / 'sweep'}'"], env)
+        record["sweep_files"] = sorted(str(p.relative_to(out)) for p in (out / "sweep").rglob("*"))
+        # one round on one CPU (one client actor, not two): what is checked is where the run's Ray is
+        local_job = JOB.replace("num-server-rounds=2", "num-server-rounds=1")
+        record["local"] = run([*simulate, "--cpus", "1", "--client-cpus", "1", "--run-config",
+                               f"{local_job} results-dir='{results}' run-name='local'"], env, watch=ours)
+    finally:
+        sessions = {p.pid for p in starters}  # each `ray start` led its own session
+        record["processes"] = len(sessions_processes(sessions))
+        for sig in (signal.SIGTERM, signal.SIGKILL):
+            for pid in sessions_processes(sessions):
+                with contextlib.suppress(ProcessLookupError):
+                    os.kill(pid, sig)
+            time.sleep(3)
+        record["left"] = sessions_processes(sessions)
+        (out / "scenario.json").write_text(json.dumps(record, indent=1))
+
+
+if __name__ == "__main__":
+    main(Path(sys.argv[1]))

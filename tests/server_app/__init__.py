@@ -1,0 +1,1 @@
+"""Tests of server_app/."""
