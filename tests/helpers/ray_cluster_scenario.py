@@ -21,7 +21,8 @@ and connects to loopback only. Steps, each recorded in ``<out>/scenario.json``:
 6. every process of both sessions stopped by its PID (never ``ray stop``), and what is left.
 
 The scenario leads a session of its own (tests/experiments/test_ray_cluster.py starts it so),
-which a Ray that a run starts inherits, so the session a client actor's process is in tells which Ray hosts it.
+which a Ray that a run starts inherits, so the session a client actor's process is in tells
+which Ray hosts it.
 
 The actors are found by their process title (``ray::ClientAppActor...``) rather than through Ray's
 state API: that API needs the full dashboard, nine module processes whose start, on a loaded machine
