@@ -16,7 +16,7 @@ from tasks.models.base import find_blocks
 from tasks.models.hf import tiny_vilt_config
 from tasks.models.registry import REGISTRY, parse_model
 
-ROOT = Path(__file__).resolve().parents[1]
+ROOT = Path(__file__).resolve().parents[2]
 
 
 def make_samples(n: int, size: int = 48, seed: int = 0, classes: int = 5) -> list[Sample]:
