@@ -239,7 +239,7 @@ def parse_model_sizes(value: str, model: str, key: str = "model-sizes") -> list[
     """FedMosaic client sizes per partition id (cycled like ``budgets``): ``base`` or ``large``;
     hf:<dir> and tiny-llava have one size only, so ``large`` there is refused, not dropped."""
     sizes = [s.strip() for s in value.split(",")] if value.strip() else []
-    allowed = ("base",) if model.startswith("hf:") or model == "tiny-llava" else MODEL_SIZES
+    allowed = ("base",) if model.startswith("hf:") or model in ("tiny-llava", "smol-llava") else MODEL_SIZES
     bad = [s for s in sizes if s not in allowed]
     if not sizes or bad:
         raise ConfigError(f"{key} = {value!r} must list sizes among {', '.join(allowed)} "

@@ -4,8 +4,9 @@ process, also in a deployed ClientApp that only forwards messages to its site's 
 `tasks.models.build_model` and `tasks.data.load_partition` accept exactly these.
 """
 
-MODELS: tuple[str, ...] = ("minilm-effnet", "tiny-vilt", "tiny-llava", "hf:<local dir>")
-"""``hf:<local dir>``: any transformers checkpoint on disk; ``tiny-llava``: a random generative LLaVA."""
+MODELS: tuple[str, ...] = ("minilm-effnet", "tiny-vilt", "tiny-llava", "smol-llava", "hf:<local dir>")
+"""``hf:<local dir>``: any transformers checkpoint on disk; ``tiny-llava``: a random generative LLaVA;
+``smol-llava``: a pretrained generative LLaVA (SmolLM2-135M-Instruct + EfficientNet-Lite0, issue 37)."""
 DTYPES: tuple[str, ...] = ("auto", "float32", "bfloat16", "float16")
 """Run setting ``dtype`` of a generative model's frozen weights (``auto``: bfloat16 on a CUDA device
 that supports it, else float32); adapters are float32 whatever it is."""

@@ -64,7 +64,7 @@ def build_model(
         raise ValueError(f"unknown adapter {adapter!r}; choose one of {', '.join(ADAPTERS)}")
     if task not in TASKS:
         raise ValueError(f"unknown task {task!r}; choose one of {', '.join(TASKS)}")
-    fixed = name.startswith("hf:") or name == "tiny-llava"
+    fixed = name.startswith("hf:") or name in ("tiny-llava", "smol-llava")
     if size not in MODEL_SIZES or (size != "base" and fixed):
         raise ValueError(f"model size {size!r} is unknown for {name!r}; choose one of "
                          f"{', '.join(MODEL_SIZES) if not fixed else 'base'}")
@@ -89,6 +89,10 @@ def build_model(
             backbone, processor = tiny_llava()
             model = finish(GenerativeVLM(backbone.to(generative["dtype"]), processor, vlm_layers,
                                          max_new_tokens), gradient_checkpointing)
+        elif name == "smol-llava":  # issue 37; registry entry: "tasks.models.smol_llava:build_smol_llava"
+            from tasks.models.smol_llava import build_smol_llava
+
+            model = build_smol_llava(vlm_layers, max_new_tokens, generative["dtype"], gradient_checkpointing)
         else:
             from tasks.models.hf import build_hf
 
