@@ -40,6 +40,12 @@ def sliced():
         yield
 
 
+@pytest.fixture(scope="module")
+def both(partition, sliced) -> tasks.FederatedVLM:
+    """The two-block slice with ``vlm-layers = "both"``: 7 image stages + 2 decoder blocks."""
+    return build(partition, vlm_layers="both")
+
+
 def build(partition, **options) -> tasks.FederatedVLM:
     model = tasks.build_model("smol-llava", len(partition.labels), seed=0, **options)
     model.answers = tuple(partition.labels)
@@ -48,18 +54,20 @@ def build(partition, **options) -> tasks.FederatedVLM:
 
 def test_the_cached_weights_are_the_gguf_files_tensors_and_a_second_load_reads_only_the_cache(monkeypatch):
     import gguf
-    from safetensors.torch import load_file
+    from safetensors import safe_open
 
     entry = smol_llava.cached_language_model()
-    cached = load_file(entry / "model.safetensors")
     reader = gguf.GGUFReader(smol_llava.gguf_file())
     tensors = {t.name: t for t in reader.tensors}
-    for gguf_name, name in (("blk.0.attn_v.weight", "layers.0.self_attn.v_proj.weight"),
-                            ("blk.29.ffn_down.weight", "layers.29.mlp.down_proj.weight")):
-        t = tensors[gguf_name]
-        expected = gguf.quants.dequantize(t.data, t.tensor_type).reshape(cached[name].shape)
-        np.testing.assert_array_equal(cached[name].numpy(), expected.astype(np.float32))
-    assert len([k for k in cached if k.endswith("q_proj.weight")]) == 30 and "lm_head.weight" not in cached
+    with safe_open(entry / "model.safetensors", framework="np") as cached:
+        names = list(cached.keys())
+        for gguf_name, name in (("blk.0.attn_v.weight", "layers.0.self_attn.v_proj.weight"),
+                                ("blk.29.ffn_down.weight", "layers.29.mlp.down_proj.weight")):
+            weight = cached.get_tensor(name)
+            t = tensors[gguf_name]
+            expected = gguf.quants.dequantize(t.data, t.tensor_type).reshape(weight.shape)
+            np.testing.assert_array_equal(weight, expected.astype(np.float32))
+    assert len([k for k in names if k.endswith("q_proj.weight")]) == 30 and "lm_head.weight" not in names
 
     def no_gguf(*args, **kwargs):
         raise AssertionError("the cache entry exists: nothing may read the GGUF file again")
@@ -72,15 +80,15 @@ def test_the_pretrained_decoder_answers_through_the_llava_path(partition):
     """The full model (30 blocks, cached weights, ChatML with the image's tokens, greedy
     generation of `GenerativeVLM`) still knows what SmolLM2 knows: a wrong tokenizer, template,
     weight layout or tied output layer answers nonsense."""
-    model = build(partition, max_new_tokens=8)
+    model = smol_llava.build_smol_llava(max_new_tokens=6)  # no adapters: the checkpoint as loaded
     assert len(model.layer_names) == 30
     image = partition.test[0].image
     answers = model.generate_answers([Sample(image, "What is the capital of France?", 0, "text")])
     assert "paris" in answers[0].lower(), answers
 
 
-def test_the_image_becomes_four_tokens_where_the_template_puts_it_and_reaches_the_loss(partition, sliced):
-    model = build(partition, vlm_layers="both")
+def test_the_image_becomes_four_tokens_where_the_template_puts_it_and_reaches_the_loss(partition, both):
+    model = both
     assert model.layer_names == [*(f"backbone.model.vision_tower.stages.{i}" for i in range(7)),
                                  "backbone.model.language_model.layers.0",
                                  "backbone.model.language_model.layers.1"]
@@ -103,11 +111,11 @@ def test_the_image_becomes_four_tokens_where_the_template_puts_it_and_reaches_th
                            for s in samples])
     with torch.no_grad():
         assert not torch.allclose(model(batch), model(other))  # flipped images: other logits
+    model.zero_grad(set_to_none=True)
 
 
-def test_the_projector_is_the_head_private_or_shared_and_strategy_none_trains_only_it(partition, sliced):
-    private = build(partition)
-    assert sorted(tasks.get_personal_state(private)) == [f"{smol_llava.PROJECTOR}.{p}" for p in PROJECTOR]
+def test_the_projector_is_the_head_private_or_shared_and_strategy_none_trains_only_it(partition, both):
+    assert sorted(tasks.get_personal_state(both)) == [f"{smol_llava.PROJECTOR}.{p}" for p in PROJECTOR]
     shared = build(partition, shared_head=True)
     last = len(shared.layer_names)
     unit = [f"{last}:{smol_llava.PROJECTOR}.{p}" for p in PROJECTOR]  # unit L, sent whatever the mask
@@ -118,26 +126,27 @@ def test_the_projector_is_the_head_private_or_shared_and_strategy_none_trains_on
     assert trainable == [f"{smol_llava.PROJECTOR}.{p}" for p in PROJECTOR]
 
 
-def test_lntk_per_block_equals_brute_force_on_a_two_block_slice(partition, sliced):
-    model = build(partition, vlm_layers="both")
-    model.double().eval()
+def test_lntk_per_block_equals_brute_force_on_a_two_block_slice(partition, both):
+    """In float32 (float64 doubles the cost of the 49,152-word output layer) with a tolerance of
+    2e-3: rounding moves λ₁ by about 1e-5 relative, a wrong per-sample gradient by far more."""
+    model = both.eval()
     gen = torch.Generator().manual_seed(0)
     with torch.no_grad():  # LoRA B starts at 0, where every LoRA A gradient vanishes
         for n, p in model.named_parameters():
             if "lora_B" in n:
                 p.copy_(0.2 * torch.randn(p.shape, generator=gen, dtype=p.dtype))
-    samples = partition.train[:3]
+    samples = partition.train[:2]
     scored = tasks.layer_scores(model, samples, "loss").eigenvalues
     expected = oracle_loss(model, samples)
     assert scored.shape == (9,) and (expected > 0).all()
-    np.testing.assert_allclose(scored, expected, rtol=1e-4, atol=1e-12 * expected.max())
+    np.testing.assert_allclose(scored, expected, rtol=2e-3, atol=1e-9 * expected.max())
 
 
 def test_two_federated_rounds_aggregate_the_shared_projector(sliced, tmp_path):
     code, out, err = simulate("--num-clients", "2", "--run-config",
                               "model='smol-llava' head='shared' dataset='easy-vqa' partitioner='iid' "
-                              "budgets='2,1' num-server-rounds=2 local-steps=2 batch-size=4 "
-                              "max-train-samples=16 max-test-samples=6 score-batch-size=4 "
+                              "budgets='2,1' num-server-rounds=2 local-steps=1 batch-size=2 "
+                              "max-train-samples=4 max-test-samples=2 score-batch-size=2 "
                               "optimizer-pop-size=10 optimizer-generations=3 "
                               f"results-dir='{tmp_path}' run-name='run'")
     assert code == 0, out[-2000:] + err[-2000:]

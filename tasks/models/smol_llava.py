@@ -198,7 +198,7 @@ def smol_llava(blocks: int | None = None):
     """``(LlavaForConditionalGeneration, LlavaProcessor)`` of SmolLM2 + EfficientNet-Lite0 + a
     seeded projector (drawn from the caller's torch RNG). ``blocks`` keeps only the first decoder
     blocks (tests: a two-block slice is the same code at a fraction of the cost)."""
-    from safetensors.torch import load_file
+    from safetensors import safe_open
     from transformers import (
         AutoTokenizer,
         CLIPImageProcessor,
@@ -214,13 +214,13 @@ def smol_llava(blocks: int | None = None):
 
     entry = cached_language_model()
     text = LlamaConfig.from_json_file(str(entry / "config.json"))
-    state = load_file(entry / "model.safetensors")
     if blocks is not None:
         if not 1 <= blocks <= text.num_hidden_layers:
             raise ValueError(f"blocks = {blocks!r} must be in 1..{text.num_hidden_layers}")
         text.num_hidden_layers = blocks
-        state = {k: v for k, v in state.items()
-                 if not k.startswith("layers.") or int(k.split(".")[1]) < blocks}
+    with safe_open(entry / "model.safetensors", framework="pt") as weights:  # only the kept blocks
+        state = {k: weights.get_tensor(k) for k in weights.keys()  # noqa: SIM118 - no __iter__
+                 if not k.startswith("layers.") or int(k.split(".")[1]) < text.num_hidden_layers}
     tokenizer = AutoTokenizer.from_pretrained(str(entry))
     tokenizer.add_special_tokens({"additional_special_tokens": [IMAGE_TOKEN]})
     config = LlavaConfig(text_config=text, vision_config=EfficientNetLiteConfig(),
