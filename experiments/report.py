@@ -33,6 +33,7 @@ from pathlib import Path
 import numpy as np
 
 from experiments.sweep import EXPERIMENT_FILE, RUNS, is_complete
+from methods import optimises
 from settings import parse_budgets
 
 MB = 1e6
@@ -63,7 +64,7 @@ class Run:
     @property
     def group(self) -> str:
         """Table row: the strategy, or ``f3ocus-<optimizer>``."""
-        return f"f3ocus-{self.config['optimizer']}" if self.strategy == "f3ocus" else self.strategy
+        return f"{self.strategy}-{self.config['optimizer']}" if optimises(self.strategy) else self.strategy
 
     def final_clients(self) -> list[dict]:
         last = max(r["round"] for r in self.clients)
@@ -181,9 +182,9 @@ def write_csv(path: Path, rows: Sequence[dict]) -> None:
 
 def _main_groups(runs: Sequence[Run], info: dict) -> list[str]:
     """Strategies in sweep order; F3OCUS with the config's own optimiser."""
-    opt = info.get("optimizer") or next((r.config["optimizer"] for r in runs if r.strategy == "f3ocus"), "")
+    opt = info.get("optimizer") or next((r.config["optimizer"] for r in runs if optimises(r.strategy)), "")
     order = info.get("strategies") or sorted({r.strategy for r in runs})
-    return [f"f3ocus-{opt}" if s == "f3ocus" else s for s in order]
+    return [f"{s}-{opt}" if optimises(s) else s for s in order]
 
 
 def _header(experiment_dir: Path, info: dict, runs: Sequence[Run], incomplete: Sequence[str]) -> str:
@@ -215,7 +216,7 @@ def write_report(experiment_dir: Path) -> list[Path]:
         (experiment_dir / "table.md").write_text(header + markdown_table(rows, budgets))
         write_csv(experiment_dir / "table.csv", rows)
         written += [experiment_dir / "table.md", experiment_dir / "table.csv"]
-    opt_groups = sorted({r.group for r in runs if r.strategy == "f3ocus"})
+    opt_groups = sorted({r.group for r in runs if optimises(r.strategy)})
     if len(opt_groups) > 1 or info.get("optimizers"):
         opt_rows = summarise(runs, opt_groups)
         (experiment_dir / "optimizers.md").write_text(

@@ -28,6 +28,7 @@ from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
 from pathlib import Path
 
+from methods import optimises
 from settings import PROJECT_ROOT, ConfigError, RunConfig
 
 RUNS, CONFIGS, LOGS = "runs", "configs", "logs"
@@ -44,8 +45,8 @@ class RunSpec:
 
     @property
     def name(self) -> str:
-        if self.strategy == "f3ocus":
-            return f"f3ocus-{self.optimizer}-s{self.seed}"
+        if optimises(self.strategy):
+            return f"{self.strategy}-{self.optimizer}-s{self.seed}"
         return f"{self.strategy}-s{self.seed}"
 
 

@@ -33,7 +33,7 @@ BASELINE_SCORERS = ("magnitude", "fishmask", "gradflow", "snip", "grasp", "synfl
 """The pruning scores of `tasks.scores` that are top-k rules (their names are the strategies')."""
 
 SELECTIONS: dict[str, Selection] = registry([
-    Selection("f3ocus", "strategies.selection.f3ocus:rule", F3ocusSettings),
+    Selection("f3ocus", "strategies.selection.f3ocus:rule", F3ocusSettings, optimises=True),
     Selection("lntk", "strategies.selection.lntk:rule"),
     Selection("random", "strategies.selection.random_k:rule"),
     Selection("last", "strategies.selection.last_k:rule"),
@@ -52,6 +52,13 @@ def aggregation(name: str) -> Aggregation:
 def selection(name: str) -> Selection:
     """The entry of ``strategy = name`` (ValueError naming it if unknown)."""
     return lookup(SELECTIONS, "strategy", name)
+
+
+def optimises(strategy: str) -> bool:
+    """Does ``strategy`` run the ``optimizer`` search (`Selection.optimises`)? False for a name no
+    entry has (e.g. a finished run's strategy that has since been removed)."""
+    entry = SELECTIONS.get(strategy)
+    return bool(entry and entry.optimises)
 
 
 def owners() -> tuple[type[MethodSettings], ...]:

@@ -124,6 +124,9 @@ class Selection:
     """False: every client trains every layer whatever its budget (the budget-free reference)."""
     trains_adapter: bool = True
     """False: every mask is empty, only the clients' heads train (the lower reference)."""
+    optimises: bool = False
+    """True: the server runs the ``optimizer`` search (F3OCUS §5), so a run and its table row are
+    labelled with the optimiser too (``f3ocus-nsga2``)."""
 
 
 def registry(entries: Iterable[Aggregation | Selection]) -> dict[str, Any]:
