@@ -3,10 +3,11 @@
 names) and what it needs of the model and the run config (`methods.base`).
 
 Where it lives and why: both apps and `strategies` read the entries, and a deployed ClientApp must
-stay light, so this package imports nothing of the project (`methods.options` holds the settings
-dataclasses); `settings` imports it to parse and check each method's own keys, `strategies` and the
-apps import it to find their step. The arrows point one way (apps -> strategies -> settings ->
-methods); the lazy strings name `strategies` and `client_app` without importing them.
+stay light, so this package imports nothing of the project but the name lists of `tasks.names`
+(`methods.options` holds the settings dataclasses); `settings` imports it to parse and check each
+method's own keys, `strategies` and the apps import it to find their step. The arrows point one way
+(apps -> strategies -> settings -> methods -> tasks.names); the lazy strings name `strategies` and
+`client_app` without importing them.
 
 Adding a method is one module (its server step, maybe a client hook) plus one line here
 (CONTRIBUTING.md); nothing outside an entry compares a method's name (tests/methods/test_methods.py scans).
@@ -16,6 +17,7 @@ from __future__ import annotations
 
 from methods.base import Aggregation, MethodSettings, Selection, lookup, registry, resolve
 from methods.options import F3ocusSettings, FedPiaSettings, GroupOracleSettings, SimaSettings
+from tasks.names import BASELINE_SCORERS
 
 AGGREGATIONS: dict[str, Aggregation] = registry([
     Aggregation("masked-fedavg", "strategies.aggregation.masked_fedavg:masked_fedavg"),
@@ -29,8 +31,6 @@ AGGREGATIONS: dict[str, Aggregation] = registry([
 ])
 """``aggregation``: how the updates of a round are combined (`strategies.aggregation`)."""
 
-BASELINE_SCORERS = ("magnitude", "fishmask", "gradflow", "snip", "grasp", "synflow", "rgn")
-"""The pruning scores of `tasks.scores` that are top-k rules (their names are the strategies')."""
 
 SELECTIONS: dict[str, Selection] = registry([
     Selection("f3ocus", "strategies.selection.f3ocus:rule", F3ocusSettings, optimises=True),

@@ -16,6 +16,9 @@ ADAPTERS: tuple[str, ...] = ("lora", "layer", "pq-lora")
 """Run setting ``adapter`` (`tasks.adapters.apply_adapter`)."""
 VLM_LAYERS: tuple[str, ...] = ("language", "vision", "both")
 """Run setting ``vlm-layers``: a generator's selectable blocks (`tasks.models.generative`)."""
+BASELINE_SCORERS: tuple[str, ...] = ("magnitude", "fishmask", "gradflow", "snip", "grasp", "synflow", "rgn")
+"""The pruning scores of `tasks.scores` (one function each, of the same name); each is also a top-k
+selection rule of that name (`methods.SELECTIONS`)."""
 SCORE_MODES: tuple[str, ...] = ("loss", "logit", "paper")
 """Run setting ``score-mode``: the LNTK of a layer (`tasks.lntk.layer_scores`)."""
 DTYPES: tuple[str, ...] = ("auto", "float32", "bfloat16", "float16")

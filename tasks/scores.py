@@ -30,6 +30,7 @@ from tasks.adapters import is_under
 from tasks.data import Sample
 from tasks.lntk import layer_scores
 from tasks.models import FederatedVLM
+from tasks.names import BASELINE_SCORERS
 
 Weights = list[list[tuple[str, torch.Tensor]]]  # per layer: (name, parameter)
 
@@ -207,10 +208,8 @@ def rgn(model: FederatedVLM, samples: Sequence[Sample]) -> np.ndarray:
 
 
 _BASELINES: dict[str, Callable[[FederatedVLM, Sequence[Sample]], np.ndarray]] = {
-    "magnitude": magnitude, "fishmask": fishmask, "gradflow": gradflow, "snip": snip,
-    "grasp": grasp, "synflow": synflow, "rgn": rgn,
+    name: globals()[name] for name in BASELINE_SCORERS  # each name's function of the same name
 }
-BASELINE_SCORERS: tuple[str, ...] = tuple(_BASELINES)
 SCORERS: tuple[str, ...] = ("lntk", *BASELINE_SCORERS)
 
 

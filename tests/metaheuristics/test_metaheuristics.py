@@ -12,9 +12,9 @@ import pytest
 
 from metaheuristics import ALGORITHMS, Assignment, hypervolume, optimize
 from metaheuristics.indicators import instance_bounds
+from metaheuristics.names import SEARCHES
 from metaheuristics.problem import make_instance
 
-SEARCHES = ("nsga2", "mopso", "sa", "aco", "abc", "paper-ga")
 STOCHASTIC = (*SEARCHES, "random")
 # paper-ga is O(P^3) per generation in pure Python; small settings keep the suite fast.
 SMALL = {"pop_size": 10, "n_gen": 4}
