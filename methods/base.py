@@ -2,7 +2,8 @@
 run config) and the two kinds of entry, `Aggregation` and `Selection`, whose heavy parts are named
 lazily as ``"module:attr"`` strings (as transformers' Auto maps) and loaded on first use by `resolve`.
 
-This module imports nothing of the project, so `settings` (read by both apps, also in a deployed
+This module imports nothing of the project but `tasks.names` (its ``"module:attr"`` loader `resolve`,
+the models' and data sets' too), so `settings` (read by both apps, also in a deployed
 ClientApp that must stay light) can parse every method's keys; the strings point up to
 `strategies` and `client_app` by name only. A bad value raises ValueError with one line naming the
 key and the value; `settings.config` turns it into a `settings.ConfigError`.
@@ -10,10 +11,11 @@ key and the value; `settings.config` turns it into a `settings.ConfigError`.
 
 from __future__ import annotations
 
-import importlib
 from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass, field, fields
 from typing import Any
+
+from tasks.names import load_attr as resolve
 
 KINDS = {"int": int, "float": float, "str": str, "bool": bool}
 
@@ -67,12 +69,6 @@ class MethodSettings:
     def server_keywords(self, config: Any) -> dict[str, object]:
         """Keywords the method's server step is bound with (none); `config` is the `RunConfig`."""
         return {}
-
-
-def resolve(path: str) -> Any:
-    """The object a lazy ``"module:attr"`` name stands for (its module imported on first use)."""
-    module, _, attr = path.partition(":")
-    return getattr(importlib.import_module(module), attr)
 
 
 @dataclass(frozen=True)

@@ -205,9 +205,11 @@ class RunConfig:
         except ValueError as err:
             detail = str(err).removesuffix(f" in partitioner {self.partitioner!r}")
             raise ConfigError(f"partitioner = {self.partitioner!r}: {detail}") from None
-        if not _named(self.model, model_registry.REGISTRY):
+        try:
+            model_registry.parse_model(self.model)
+        except ValueError:
             raise ConfigError(f"model = {self.model!r} is unknown; choose one of "
-                              f"{', '.join(model_registry.REGISTRY)}")
+                              f"{', '.join(model_registry.REGISTRY)}") from None
         check_device_name(self.device)
         sizes = parse_model_sizes(self.model_sizes, self.model)
         try:
