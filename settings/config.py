@@ -24,6 +24,7 @@ from metaheuristics.names import SEARCHES
 from methods.base import Aggregation, MethodSettings, Selection, check_value
 from settings.budgets import parse_budgets
 from settings.errors import ConfigError
+from settings.privacy import PrivacySettings
 from tasks.data import registry as data_registry
 from tasks.data.mixed import PREFIX as MIXED_PREFIX
 from tasks.data.mixed import parse_mixed
@@ -145,9 +146,15 @@ class RunConfig:
         """The run-wide keys, owned by this class (every other key is a method's)."""
         return tuple(f.name.replace("_", "-") for f in fields(cls)[:-1])  # all but `owned`
 
+    @staticmethod
+    def owners() -> tuple[type[MethodSettings], ...]:
+        """Every settings class beside the run-wide keys: the methods' (`methods.owners`) and
+        differential privacy's (`settings.privacy`), each owning its keys."""
+        return (*methods.owners(), PrivacySettings)
+
     @classmethod
     def keys(cls) -> tuple[str, ...]:
-        return cls.run_keys() + tuple(key for owner in methods.owners() for key in owner.own_keys())
+        return cls.run_keys() + tuple(key for owner in cls.owners() for key in owner.own_keys())
 
     @classmethod
     def from_mapping(cls, values: Mapping[str, object], strategies: tuple[str, ...] = ()
@@ -163,7 +170,7 @@ class RunConfig:
                 raise ConfigError(f"run-config key {key!r} is missing")
             kwargs[f.name] = _check(key, values[key], f.type)
         try:
-            owned = tuple(owner.parse(values) for owner in methods.owners())
+            owned = tuple(owner.parse(values) for owner in cls.owners())
         except ValueError as err:
             raise ConfigError(str(err)) from None
         config = cls(**kwargs, owned=owned)
@@ -192,6 +199,11 @@ class RunConfig:
     @property
     def selection_settings(self) -> MethodSettings:
         return self.settings_of(self.selection.settings)
+
+    @property
+    def privacy(self) -> PrivacySettings:
+        """The ``dp-*`` settings (`settings.privacy`)."""
+        return self.settings_of(PrivacySettings)
 
     @property
     def groups(self) -> list[int]:

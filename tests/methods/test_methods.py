@@ -34,12 +34,12 @@ METHOD_KEY = re.compile(r"strategy|aggregation")
 
 
 def test_every_key_has_exactly_one_owner_and_the_owners_defaults_are_pyprojects():
-    owned = [RunConfig.run_keys(), *(owner.own_keys() for owner in methods.owners())]
+    owned = [RunConfig.run_keys(), *(owner.own_keys() for owner in RunConfig.owners())]
     keys = [key for group in owned for key in group]
     assert len(keys) == len(set(keys)), "a key with two owners"
     defaults = default_config()
     assert set(keys) == set(defaults)
-    for owner in methods.owners():
+    for owner in RunConfig.owners():
         assert owner().to_dict() == {key: defaults[key] for key in owner.own_keys()}, owner.__name__
     assert RunConfig.from_mapping(defaults).to_dict() == defaults
 
