@@ -1,4 +1,4 @@
-"""ClientApp: score layers (``query.lntk``), train the assigned layers, evaluate on local data.
+"""ClientApp: train the assigned layers; evaluate on local data and score the layers, one message.
 
 A setting this node cannot use, or a train mask it refuses, is answered with an error reply
 naming it (`client_app.replies`), never with a traceback.
@@ -16,7 +16,7 @@ import tasks
 from client_app.hooks import TrainStep, client_hook
 from client_app.personal import save_personal
 from client_app.replies import check_mask, error_replies
-from client_app.runtime import client_setup, load_global, reported_budget, resolve_budget
+from client_app.runtime import ClientSetup, client_setup, load_global, reported_budget, resolve_budget
 from client_app.worker import site_mod
 from strategies.records import RUNTIME, from_record, runtime_record, to_record
 
@@ -29,35 +29,6 @@ def _scoring_batch(samples: list, size: int, seed: int) -> list:
     """A fresh, seeded batch of the client's own training data for this round's scores."""
     order = np.random.default_rng(seed).permutation(len(samples))[:size]
     return [samples[i] for i in order]
-
-
-@app.query("lntk")
-def lntk(msg: Message, context: Context) -> Message:
-    """Reply with the principal LNTK eigenvalue of every layer, the budget and example count, and
-    this ClientApp's Flower version."""
-    setup = client_setup(context)
-    config = msg.content["config"]
-    server_round = int(config["server-round"])
-    start = time.perf_counter()
-    num_layers = len(setup.model.layer_names)
-    if config["score"] == "none":
-        eigenvalues = np.zeros(num_layers)
-    else:
-        load_global(setup, context, from_record(msg.content["arrays"]), str(config["run-dir"]),
-                    before=server_round)
-        batch = _scoring_batch(setup.partition.train, int(config["score-batch-size"]),
-                               setup.config.seed * 1_000_003 + server_round * 1_009
-                               + setup.partition_id)
-        eigenvalues = tasks.score_layers(setup.model, batch, scorer=str(config["score"]),
-                                               mode=str(config["score-mode"]))
-    metrics = {
-        "eigenvalues": [float(v) for v in eigenvalues],
-        "budget": resolve_budget(setup, context),
-        "num-examples": len(setup.partition.train),
-        "partition-id": setup.partition_id,
-        "seconds": time.perf_counter() - start,
-    }
-    return Message(RecordDict({"scores": MetricRecord(metrics), RUNTIME: runtime_record()}), reply_to=msg)
 
 
 @app.train()
@@ -101,12 +72,42 @@ def train(msg: Message, context: Context) -> Message:
 
 @app.evaluate()
 def evaluate(msg: Message, context: Context) -> Message:
-    """Evaluate the global adapters with this client's own head on its own test split."""
+    """The message that closes round ``server-round`` (`strategies.layer_selection`): load the
+    model received (global adapters and this client's newest head, as of that round) once;
+    evaluate it with its own head on its own test split if ``evaluate``; score its layers with
+    ``score`` for round ``server-round`` + 1 unless that is "none" (the scoring batch is seeded by
+    that round, as when scores had a message of their own). Every reply carries the budget,
+    example count and Flower version (record "scores"; all-zero eigenvalues when not scored)."""
     setup = client_setup(context)
     config = msg.content["config"]
-    server_round = int(config["server-round"])
-    load_global(setup, context, from_record(msg.content["arrays"]), str(config["run-dir"]),
-                before=server_round + 1)
+    server_round, scorer = int(config["server-round"]), str(config["score"])
+    reply = RecordDict({RUNTIME: runtime_record()})
+    if config["evaluate"] or scorer != "none":
+        load_global(setup, context, from_record(msg.content["arrays"]), str(config["run-dir"]),
+                    before=server_round + 1)
+    if config["evaluate"]:
+        reply["metrics"] = MetricRecord(_evaluation(setup, server_round))
+    start = time.perf_counter()
+    num_layers = len(setup.model.layer_names)
+    if scorer == "none":
+        eigenvalues = np.zeros(num_layers)
+    else:
+        batch = _scoring_batch(setup.partition.train, int(config["score-batch-size"]),
+                               setup.config.seed * 1_000_003 + (server_round + 1) * 1_009
+                               + setup.partition_id)
+        eigenvalues = tasks.score_layers(setup.model, batch, scorer=scorer, mode=str(config["score-mode"]))
+    reply["scores"] = MetricRecord({
+        "eigenvalues": [float(v) for v in eigenvalues],
+        "budget": resolve_budget(setup, context),
+        "num-examples": len(setup.partition.train),
+        "partition-id": setup.partition_id,
+        "seconds": time.perf_counter() - start,
+    })
+    return Message(reply, reply_to=msg)
+
+
+def _evaluation(setup: ClientSetup, server_round: int) -> dict:
+    """The loaded model's metrics on this client's test split (and the others', `others_metrics`)."""
     metrics = tasks.evaluate(setup.model, setup.partition.test,
                              batch_size=max(64, setup.config.batch_size), device=setup.device)
     metrics["num-examples"] = int(metrics.pop("num_examples"))
@@ -116,4 +117,4 @@ def evaluate(msg: Message, context: Context) -> Message:
     metrics.update(others_metrics(setup, server_round))
     if setup.partition.task == "vqa":
         metrics["majority-accuracy"] = tasks.majority_accuracy(setup.partition.test)
-    return Message(RecordDict({"metrics": MetricRecord(metrics)}), reply_to=msg)
+    return metrics

@@ -9,14 +9,19 @@ the same machine load; the ratio is the figure to compare between invocations):
    SuperNode per budget, each with its share of the cores (``num-threads``) and its ``state-dir``;
 2. ``simulated``: ``python run_simulation.py --num-clients N`` (Ray, its default client resources).
 Both use the app's run config plus ``budgets``, ``dataset`` and ``num-server-rounds``; seconds per
-round are the mean of ``rounds.jsonl``'s ``seconds`` (the ServerApp's wall time of each round).
+round are the mean of ``rounds.jsonl``'s ``seconds`` (the ServerApp's wall time of each round), with
+round 0's (the initial evaluation and round 1's scores, issue 38) counted in round 1's, where the
+three-exchange order spent it, so the figure compares across that change. Their difference,
+``fixed_s_per_round``, is what deployment itself costs a round (Flower's polling, process starts,
+TLS), the figure issue 38 targets.
 Per-message overhead is read from the sites' ``timings.jsonl`` (`client_app.worker`): seconds from
 the ClientApp process's start to its reply, less the handler's own work; ``overhead_s`` is the
 median over all messages of the run. ``cat /proc/loadavg`` is printed before and after each engine.
 With ``--json`` the last line is one JSON object with ``deployed_s_per_round``,
-``simulated_s_per_round``, ``ratio`` (deployed / simulated), ``overhead_s`` and the details;
-``--repeat N`` runs N such pairs in turn (each in its own work directory) and adds the median and
-max of the ratio and of the per-message overhead (``runs`` holds each pair's object).
+``simulated_s_per_round``, ``fixed_s_per_round``, ``ratio`` (deployed / simulated), ``overhead_s``,
+``exchanges_per_round`` and the details; ``--repeat N`` runs N such pairs in turn (each in its own
+work directory) and adds the median and max of each of those figures (``<figure>_median``,
+``<figure>_max``; ``runs`` holds each pair's object).
 """
 
 from __future__ import annotations
@@ -49,9 +54,21 @@ def loadavg() -> str:
 
 
 def seconds_per_round(run_dir: Path) -> list[float]:
-    """The ServerApp's wall seconds of every round of a finished run."""
+    """The ServerApp's wall seconds of every trained round of a finished run, round 0's added to
+    round 1's (module doc)."""
     rows = [json.loads(line) for line in (run_dir / "rounds.jsonl").read_text().splitlines()]
-    return [float(row["seconds"]) for row in rows]
+    initial = sum(float(row["seconds"]) for row in rows if row["round"] == 0)
+    seconds = [float(row["seconds"]) for row in rows if row["round"] > 0]
+    return [seconds[0] + initial, *seconds[1:]]
+
+
+def exchanges_per_round(run_dir: Path) -> float | None:
+    """Message exchanges of the whole run per trained round (None for a run that did not record
+    them: before issue 38, three a round)."""
+    rows = [json.loads(line) for line in (run_dir / "rounds.jsonl").read_text().splitlines()]
+    if not all("exchanges" in row for row in rows):
+        return None
+    return sum(row["exchanges"] for row in rows) / sum(row["round"] > 0 for row in rows)
 
 
 def message_timings(state_dirs: list[Path], run_id: int | None) -> list[dict]:
@@ -109,8 +126,9 @@ def summary(deployed: dict, simulated: dict) -> dict:
 
     kinds = sorted({m["message"] for m in messages})
     return {
-        "deployed_s_per_round": dep, "simulated_s_per_round": sim, "ratio": dep / sim,
-        "overhead_s": median("overhead"), "messages": len(messages),
+        "deployed_s_per_round": dep, "simulated_s_per_round": sim, "fixed_s_per_round": dep - sim,
+        "ratio": dep / sim, "overhead_s": median("overhead"), "messages": len(messages),
+        "exchanges_per_round": deployed["exchanges"],
         "overhead_by_message": {k: median("overhead", k) for k in kinds},
         "medians": {k: median(k) for k in ("delivery", "start-to-handler", "cpu-to-handler", "setup",
                                             "work")},
@@ -156,9 +174,13 @@ def main(argv: list[str] | None = None) -> int:
         return 1
     result = runs[0] if len(runs) == 1 else {"runs": runs, **spread(runs)}
     if len(runs) > 1:
-        print(f"{len(runs)} runs: ratio median {result['ratio_median']:.2f}, max {result['ratio_max']:.2f}; "
-              f"overhead median {result['overhead_median_s']:.2f} s, max {result['overhead_max_s']:.2f} s",
-              flush=True)
+        print(f"{len(runs)} runs, median (max): deployed {result['deployed_s_per_round_median']:.1f} "
+              f"({result['deployed_s_per_round_max']:.1f}) s/round, simulated "
+              f"{result['simulated_s_per_round_median']:.1f} ({result['simulated_s_per_round_max']:.1f}) "
+              f"s/round, fixed cost {result['fixed_s_per_round_median']:.1f} "
+              f"({result['fixed_s_per_round_max']:.1f}) s/round, ratio {result['ratio_median']:.2f} "
+              f"({result['ratio_max']:.2f}), per-message overhead {result['overhead_s_median']:.2f} "
+              f"({result['overhead_s_max']:.2f}) s", flush=True)
     if args.json:
         print(json.dumps(result))
     return 0
@@ -176,24 +198,30 @@ def bench_once(args: argparse.Namespace, repeat: int) -> dict:
         print(f"[{repeat + 1}/{args.repeat}] {name}: starting (loadavg {before})", flush=True)
         engines[name] = run(args, workdir, f"{base} run-name='{name}'")
         engines[name]["rounds"] = seconds_per_round(workdir / "results" / name)
+        engines[name]["exchanges"] = exchanges_per_round(workdir / "results" / name)
         engines[name]["loadavg"] = [before, loadavg()]
         print(f"[{repeat + 1}/{args.repeat}] {name}: {statistics.fmean(engines[name]['rounds']):.1f} s per "
               f"round {[round(s, 1) for s in engines[name]['rounds']]} (loadavg {loadavg()})", flush=True)
     figures = summary(engines["deployed"], engines["simulated"])
     overhead = "n/a" if figures["overhead_s"] is None else f"{figures['overhead_s']:.2f} s"
     print(f"[{repeat + 1}/{args.repeat}] deployed {figures['deployed_s_per_round']:.1f} s/round, simulated "
-          f"{figures['simulated_s_per_round']:.1f} s/round, ratio {figures['ratio']:.2f}; "
+          f"{figures['simulated_s_per_round']:.1f} s/round, fixed cost {figures['fixed_s_per_round']:.1f} "
+          f"s/round, ratio {figures['ratio']:.2f}; "
           f"per-message overhead median {overhead} over {figures['messages']} messages "
           f"(loadavg {loadavg()})", flush=True)
     return figures
 
 
+FIGURES = ("deployed_s_per_round", "simulated_s_per_round", "fixed_s_per_round", "ratio", "overhead_s")
+
+
 def spread(runs: list[dict]) -> dict:
-    """Median and max over repeated runs of the ratio and of the median per-message overhead."""
-    ratios = [r["ratio"] for r in runs]
-    overheads = [r["overhead_s"] for r in runs if r["overhead_s"] is not None] or [float("nan")]
-    return {"ratio_median": statistics.median(ratios), "ratio_max": max(ratios),
-            "overhead_median_s": statistics.median(overheads), "overhead_max_s": max(overheads)}
+    """Median and max over repeated runs of each figure (NaN where no run has it)."""
+    out = {}
+    for figure in FIGURES:
+        values = [r[figure] for r in runs if r[figure] is not None] or [float("nan")]
+        out[f"{figure}_median"], out[f"{figure}_max"] = statistics.median(values), max(values)
+    return out
 
 
 if __name__ == "__main__":

@@ -45,13 +45,15 @@ def _lines(path: Path) -> list[dict]:
 
 @dataclass(frozen=True)
 class Run:
-    """One finished run's files."""
+    """One finished run's files; ``rounds`` and ``clients`` hold its trained rounds (1..N), the
+    initial evaluation (round 0) is ``initial``."""
 
     name: str
     config: dict
     rounds: list[dict]
     clients: list[dict]
     fronts: list[dict]
+    initial: dict | None = None
 
     @property
     def strategy(self) -> str:
@@ -108,8 +110,10 @@ def load_runs(experiment_dir: Path) -> tuple[list[Run], list[str]]:
         if config is None or not is_complete(run_dir, int(config["num-server-rounds"])):
             incomplete.append(run_dir.name)
             continue
-        runs.append(Run(run_dir.name, config, _lines(run_dir / "rounds.jsonl"),
-                        _lines(run_dir / "clients.jsonl"), _lines(run_dir / "fronts.jsonl")))
+        rounds, clients = _lines(run_dir / "rounds.jsonl"), _lines(run_dir / "clients.jsonl")
+        runs.append(Run(run_dir.name, config, [r for r in rounds if r["round"] > 0],
+                        [r for r in clients if r["round"] > 0], _lines(run_dir / "fronts.jsonl"),
+                        next((r for r in rounds if r["round"] == 0), None)))
     return runs, incomplete
 
 

@@ -89,16 +89,18 @@ def validate(base: dict[str, object], specs: Sequence[RunSpec], experiment_dir: 
 
 
 def incomplete(run_dir: Path, num_rounds: int) -> str | None:
-    """Why the run in `run_dir` is not a finished result, or None when it is: every round logged,
-    the last one evaluated by at least one client (a run whose every client failed is run again),
-    final adapters written."""
+    """Why the run in `run_dir` is not a finished result, or None when it is: every trained round
+    logged (round 0, the initial evaluation, is not one), the last one evaluated by at least one
+    client (a run whose every client failed is run again), final adapters written."""
     rounds = run_dir / "rounds.jsonl"
     logged = []
     for line in rounds.read_text().splitlines() if rounds.exists() else []:
         try:
-            logged.append(json.loads(line))
+            row = json.loads(line)
         except json.JSONDecodeError:  # cut short by a kill during its append
             break
+        if row.get("round", 1) > 0:
+            logged.append(row)
     if len(logged) < num_rounds:
         return f"only {len(logged)} of {num_rounds} rounds completed"
     if not logged[-1].get("evaluate"):

@@ -2,11 +2,13 @@
 
 Files:
 - ``config.json``: the validated run config, layer names, strategy;
-- ``rounds.jsonl``: one line per round: weighted metrics, phase seconds, bytes, rejections;
+- ``rounds.jsonl``: one line per round: weighted metrics, phase seconds, message exchanges and
+  messages sent, bytes, rejections; round 0 is the initial adapters' evaluation (nothing trained);
 - ``clients.jsonl``: one line per client per round: eigenvalues, scores, budget, mask, bytes
-  down/up, train and evaluation metrics;
+  down/up, train and evaluation metrics (round 0: the initial evaluation and round 1's scores go
+  out in one message, counted in round 0's bytes; the scores are recorded with round 1);
 - ``fronts.jsonl``: the optimiser's Pareto front and picked solution per round (F3OCUS);
-- ``checkpoint/``: after every round, ``global-<round>.safetensors`` (and
+- ``checkpoint/``: after every trained round, ``global-<round>.safetensors`` (and
   ``personal-<node>-<round>.safetensors``) and ``state.json`` naming the round and its files;
   ``adapters.safetensors``: the final global adapters.
 
@@ -96,6 +98,8 @@ class Recorder:
             "evaluate": weighted_means(log.eval_metrics),
             "clients": len(log.masks),
             "aggregated": log.aggregated,
+            "exchanges": log.exchanges,
+            "messages": log.messages,
             "bytes-down": sum(log.bytes_down.values()),
             "bytes-up": sum(log.bytes_up.values()),
             "rejected": log.rejected,
@@ -110,8 +114,9 @@ class Recorder:
             print(self.round_line(summary), flush=True)
         else:
             self.bar.write(self.round_line(summary))
-            self.bar.update(1)
-        self.checkpoint(log.server_round, global_state, personal)
+            self.bar.update(int(log.server_round > 0))
+        if log.server_round > 0:  # round 0 trained nothing; a run killed before round 1 starts over
+            self.checkpoint(log.server_round, global_state, personal)
 
     def _client_row(self, log: RoundLog, node: int) -> dict:
         report = log.reports.get(node)

@@ -13,7 +13,7 @@ import lazy_loader
 
 __getattr__, __dir__, __all__ = lazy_loader.attach(__name__, submod_attrs={
     "aggregation": ["Aggregate", "Aggregator", "ClientUpdate", "masked_fedavg"],
-    "layer_selection": ["QUERY_LNTK", "LayerSelectionStrategy", "RoundLog"],
+    "layer_selection": ["LayerSelectionStrategy", "RoundLog"],
     "selection": ["SelectionRule", "make_rule"],
     "validation": ["LayerReport", "Rejected"],
 })

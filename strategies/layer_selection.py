@@ -2,20 +2,30 @@
 
 `server_app.app.build_strategy` picks the axes from the run config: the selection rule
 (``strategy``, `strategies.selection`) and the aggregator (``aggregation``,
-`strategies.aggregation`). One round (paper Fig. 4):
-1. ``query.lntk`` to the sampled clients with the current global adapters; each replies
-   (`client_app.app.lntk` -> `tasks.scores`) with the principal LNTK eigenvalue of every layer (or
-   the rule's other score; zeros when the rule needs none), its budget and example count;
-2. replies are validated (`strategies.validation`), a bad one is logged (once per node and reason,
-   however many rounds it repeats, e.g. a node that cannot use a setting) and its client sits the
-   round out;
-3. the selection rule turns scores and budgets into one mask per client (paper Eq. 21 for F3OCUS;
-   all empty for ``none``);
-4. each client gets its own train message with its mask (`client_app.app.train` -> `tasks.train`)
+`strategies.aggregation`). A run of N rounds is 2N + 1 message exchanges (issue 38):
+
+0. before round 1, one ``evaluate`` message per client (`client_app.app.evaluate`) evaluates the
+   initial adapters (recorded as round 0) and scores the layers for round 1;
+1. the selection rule turns the scores and budgets of round r's clients into one mask per client
+   (paper Eq. 21 for F3OCUS; all empty for ``none``);
+2. each client gets its own train message with its mask (`client_app.app.train` -> `tasks.train`)
    and returns only the trained layers' adapters (none for an empty mask);
-5. the aggregator (masked FedAvg by default) merges the updates per layer;
-6. every sampled client evaluates the new global adapters with its own head
-   (`client_app.app.evaluate` -> `tasks.evaluate`).
+3. the aggregator (masked FedAvg by default) merges the updates per layer;
+4. one ``evaluate`` message per client closes the round: the client loads the model it received
+   (the new global adapters, or its personal model) once, evaluates it with its own head
+   (`tasks.evaluate`) and, when the rule needs scores (`SelectionRule.scorer`), scores that same
+   model's layers for round r + 1 (`tasks.scores`: the principal LNTK eigenvalue of every layer,
+   or the rule's other score). Every reply carries the client's budget and example count. After
+   the last round the message only evaluates.
+
+The paper's round (Fig. 4) is three exchanges: score, train, evaluate. Evaluating round r's model
+and scoring it for round r + 1 act on the same model, so step 4 does both in one message; the
+scores, masks and accuracies are those of the three-exchange order on the same seed
+(tests/strategies/test_two_exchanges.py). Clients sampled for only one part (``fraction-evaluate``
+!= ``fraction-train``) get only that part; a rule without a score sends no scoring request (a
+client in round r + 1's training sample then only reports its budget, without adapters).
+Every reply is validated (`strategies.validation`); a bad one is logged (once per node and reason,
+however many rounds it repeats) and its client sits that part out.
 """
 
 from __future__ import annotations
@@ -48,11 +58,11 @@ from strategies.validation import (
 
 log = getLogger("flwr").log  # Flower's logger: its handlers reach the console and `flwr run --stream`
 
-QUERY_LNTK = f"{MessageType.QUERY}.lntk"
 CONFIG_KEY = "config"
 REPLY_POLL_S = 0.25  # seconds between pulls for a phase's replies (`exchange`)
 PHASES = ("scoring", "optimising", "training", "aggregating", "evaluating")
-STAGES = {"scoring": "scores", "training": "train", "evaluating": "evaluate"}
+"""``RoundLog.seconds``: "evaluating" is the exchange that closes a round (its evaluation and the
+next round's scores, one message); "scoring" an exchange that only scores (a resumed run's first)."""
 
 
 def exchange(grid: Grid, messages: Sequence[Message], timeout: float | None,
@@ -91,6 +101,8 @@ class RoundLog:
     train_metrics: dict[int, dict] = field(default_factory=dict)
     eval_metrics: dict[int, dict] = field(default_factory=dict)
     seconds: dict[str, float] = field(default_factory=lambda: dict.fromkeys(PHASES, 0.0))
+    exchanges: int = 0  # message exchanges sent in this round (each one phase)
+    messages: int = 0  # messages sent in them
     aggregated: bool = False
     logged: set[tuple[int, str]] = field(default_factory=set, repr=False)  # shared across rounds
 
@@ -167,6 +179,10 @@ class LayerSelectionStrategy(Strategy):
         self.logged: set[tuple[int, str]] = set()  # (node, reason) pairs already logged
         self.budgets_seen: dict[int, int] = {}  # partition id -> budget last logged
         self.round_log = RoundLog(0, logged=self.logged)
+        self.next_log = self.round_log  # the round the scores of the closing exchange are for
+        self.evaluated: set[int] = set()  # the closing exchange's two parts: who evaluates,
+        self.scored: set[int] = set()  # who reports scores and budget for the next round
+        self.num_rounds = 0
         self.timeout: float | None = None
 
     # ------------------------------------------------------------------ helpers
@@ -187,19 +203,25 @@ class LayerSelectionStrategy(Strategy):
     def _state_for(self, node_id: int) -> State:
         return self.personal.get(node_id, self.global_state)
 
-    def _send(self, grid: Grid, messages: list[Message], phase: str) -> list[Message]:
-        """Send, wait up to the round timeout, and reject errors, strays and missing replies.
+    def _send(self, grid: Grid, messages: list[Message], phase: str,
+              reject: Callable[[int, str], None]) -> list[Message]:
+        """Send (one exchange of this round, timed as ``phase``), wait up to the round timeout,
+        and ``reject`` errors, strays and missing replies.
 
         Replies are matched to the messages sent (the Grid gives them ids when pushing), so a
         node the SuperLink reports unavailable, or that never answers, is recorded under its own
         node id; only non-error replies from their addressees are returned.
         """
+        if not messages:
+            return []
         start = time.perf_counter()
-        replies = exchange(grid, messages, self.timeout) if messages else []
+        replies = exchange(grid, messages, self.timeout)
         self.round_log.seconds[phase] += time.perf_counter() - start
+        self.round_log.exchanges += 1
+        self.round_log.messages += len(messages)
         kept, problems = unique_by_node(replies, sent=messages)
         for node, reason in problems:
-            self.round_log.reject(node, STAGES[phase], reason)
+            reject(node, reason)
         return kept
 
     def _message(self, node_id: int, kind: str, config: dict, arrays: ArrayRecord | None) -> Message:
@@ -214,26 +236,12 @@ class LayerSelectionStrategy(Strategy):
         return {n: to_record(self.personal[n]) if n in self.personal else shared for n in node_ids}
 
     # ------------------------------------------------------------------ scoring + selection
-    def collect_reports(self, server_round: int, node_ids: Sequence[int], grid: Grid
-                        ) -> list[LayerReport]:
-        """Step 1-2: ask every node for its layer scores, budget and example count; validate."""
-        config = {"server-round": server_round, "score": self.rule.scorer or "none",
-                  **self.score_config}
-        arrays = self._arrays_for(node_ids) if self.rule.scorer else {}
-        messages = [self._message(n, QUERY_LNTK, config, arrays.get(n)) for n in node_ids]
-        replies, duplicates = unique_by_node(self._send(grid, messages, "scoring"))
-        for node, reason in duplicates:
-            self.round_log.reject(node, "scores", reason)
-        reports = []
-        for msg in replies:
-            try:
-                reports.append(check_scores(msg, self.num_layers))
-            except Rejected as err:
-                self.round_log.reject(msg.metadata.src_node_id, "scores", str(err))
-        reports.sort(key=lambda r: (r.partition_id, r.node_id))  # seeded runs: same order each run
-        self.round_log.reports = {r.node_id: r for r in reports}
-        self._log_budgets(server_round, reports)
-        return reports
+    def _record_reports(self, reports: list[LayerReport]) -> None:
+        """The validated reports of ``next_log``'s round, in partition order (seeded runs: the
+        same optimiser input each run)."""
+        reports.sort(key=lambda r: (r.partition_id, r.node_id))
+        self.next_log.reports = {r.node_id: r for r in reports}
+        self._log_budgets(self.next_log.server_round, reports)
 
     def _log_budgets(self, server_round: int, reports: Sequence[LayerReport]) -> None:
         """Log the budgets the clients reported, by partition id, when any is new or changed."""
@@ -244,7 +252,7 @@ class LayerSelectionStrategy(Strategy):
                 ", ".join(f"{pid}: {k}" for pid, k in sorted(budgets.items())))
 
     def assign_layers(self, server_round: int, reports: Sequence[LayerReport]) -> dict[int, np.ndarray]:
-        """Step 3: one mask per reporting client from the selection rule."""
+        """Step 1: one mask per reporting client from the selection rule."""
         start = time.perf_counter()
         scores = np.stack([r.scores for r in reports])
         budgets = [r.budget for r in reports]
@@ -257,10 +265,11 @@ class LayerSelectionStrategy(Strategy):
     # ------------------------------------------------------------------ Strategy API
     def configure_train(self, server_round: int, arrays: ArrayRecord, config: ConfigRecord,
                         grid: Grid) -> Iterable[Message]:
+        """Masks from the reports the previous exchange gathered for this round (its clients are
+        this round's seeded train sample) and one train message per reporting client."""
         if not self.global_state:
             self.global_state = from_record(arrays)
-        node_ids = self._sample(grid, self.fraction_train, server_round, salt=1)
-        reports = self.collect_reports(server_round, node_ids, grid)
+        reports = list(self.round_log.reports.values())
         if not reports:
             log(WARNING, "round %d: no valid layer report, no training", server_round)
             return []
@@ -313,23 +322,68 @@ class LayerSelectionStrategy(Strategy):
 
     def configure_evaluate(self, server_round: int, arrays: ArrayRecord, config: ConfigRecord,
                            grid: Grid) -> Iterable[Message]:
-        if self.fraction_evaluate <= 0:
-            return []
-        node_ids = self._sample(grid, self.fraction_evaluate, server_round, salt=2)
-        records = self._arrays_for(node_ids)
-        eval_config = {**dict(config), "server-round": server_round}
-        return [self._message(n, MessageType.EVALUATE, eval_config, records[n]) for n in node_ids]
+        """The exchange that closes round ``server_round`` (0: before round 1): its seeded
+        evaluation sample evaluates the model it holds now, round ``server_round + 1``'s seeded
+        train sample scores it (none after the last round). The samples are the ones the
+        three-exchange order drew (salt 2 for evaluation, 1 for training, each seeded by the
+        round it serves); the reports go to ``next_log``, the log of round ``server_round + 1``."""
+        evaluated = (self._sample(grid, self.fraction_evaluate, server_round, salt=2)
+                     if self.fraction_evaluate > 0 else [])
+        scored = (self._sample(grid, self.fraction_train, server_round + 1, salt=1)
+                  if server_round < self.num_rounds else [])
+        self.next_log = RoundLog(server_round + 1, logged=self.logged)
+        return self.round_messages(server_round, evaluated, scored, dict(config))
+
+    def round_messages(self, server_round: int, evaluated: Iterable[int], scored: Iterable[int],
+                       config: dict | None = None) -> list[Message]:
+        """One ``evaluate`` message per client in either set, on the model it holds after round
+        ``server_round``: ``evaluate`` says whether it evaluates that model, ``score`` which score
+        it computes on it for round ``server_round + 1`` ("none": only its budget and example
+        count, which every reply carries). The adapters go only to clients that use them."""
+        self.evaluated, self.scored = set(evaluated), set(scored)
+        scorer = self.rule.scorer
+        records = self._arrays_for(self.evaluated | (self.scored if scorer else set()))
+        messages = []
+        for node in sorted(self.evaluated | self.scored):
+            part: dict = {**(config or {})} if node in self.evaluated else {}
+            if node in self.scored and scorer:
+                part.update(self.score_config)
+            part.update({"server-round": server_round, "evaluate": node in self.evaluated,
+                         "score": scorer if node in self.scored and scorer else "none"})
+            messages.append(self._message(node, MessageType.EVALUATE, part, records.get(node)))
+        return messages
+
+    def reject_parts(self, node_id: int, reason: str) -> None:
+        """A reply of the closing exchange that failed as a whole fails each part it was for."""
+        if node_id in self.evaluated or node_id not in self.scored:
+            self.round_log.reject(node_id, "evaluate", reason)
+        if node_id in self.scored:
+            self.next_log.reject(node_id, "scores", reason)
 
     def aggregate_evaluate(self, server_round: int, replies: Iterable[Message]) -> MetricRecord | None:
+        """Record round ``server_round``'s evaluation and round ``server_round + 1``'s reports
+        (each part validated on its own: a bad score does not drop a good evaluation)."""
         kept, duplicates = unique_by_node(replies)
         for node, reason in duplicates:
-            self.round_log.reject(node, "evaluate", reason)
+            self.reject_parts(node, reason)
+        reports = []
         for msg in kept:
             node = msg.metadata.src_node_id
-            try:
-                self.round_log.eval_metrics[node] = check_evaluation(msg)
-            except Rejected as err:
-                self.round_log.reject(node, "evaluate", str(err))
+            if node not in self.evaluated | self.scored:
+                self.round_log.reject(node, "evaluate", "reply from a node that was not asked this round")
+                continue
+            if node in self.evaluated:
+                try:
+                    self.round_log.eval_metrics[node] = check_evaluation(msg)
+                except Rejected as err:
+                    self.round_log.reject(node, "evaluate", str(err))
+            if node in self.scored:
+                try:
+                    reports.append(check_scores(msg, self.num_layers))
+                except Rejected as err:
+                    self.next_log.reject(node, "scores", str(err))
+        if self.scored:
+            self._record_reports(reports)
         means = weighted_means(self.round_log.eval_metrics)
         return MetricRecord(means) if means else None
 
@@ -356,33 +410,50 @@ class LayerSelectionStrategy(Strategy):
     ) -> Result:
         """Run rounds ``start_round..num_rounds`` (``start_round > 1`` resumes a checkpoint).
 
-        Same order of calls as ``Strategy.start``; after every round ``on_round_end`` receives
-        the round log and the new global (and per-client) state, e.g. to checkpoint it.
+        A fresh run first evaluates the initial adapters (round 0, with round 1's scores); a
+        resumed one only scores for its first round (its last round's evaluation is recorded, the
+        scores were not checkpointed). Each round is then train + the closing exchange
+        (`configure_evaluate`). ``on_round_end`` receives every round's log (round 0's too) and
+        the new global (and per-client) state, e.g. to checkpoint it; ``evaluate_fn`` sees round
+        0 too, as in ``Strategy.start``.
         """
-        self.timeout = timeout
+        self.timeout, self.num_rounds = timeout, num_rounds
         self.global_state = from_record(initial_arrays)
         self.personal = dict(personal or {})
         self.summary()
         result = Result()
+        eval_config = ConfigRecord(dict(evaluate_config or {}))
+        if start_round == 1:
+            self.round_log = RoundLog(0, logged=self.logged)
+            self._close_round(grid, 0, eval_config, evaluate_fn, result)
+        elif start_round <= num_rounds:
+            self.round_log = self.next_log = RoundLog(start_round, logged=self.logged)
+            messages = self.round_messages(start_round - 1, (), self._sample(
+                grid, self.fraction_train, start_round, salt=1))
+            self.aggregate_evaluate(start_round - 1, self._send(grid, messages, "scoring", self.reject_parts))
         for server_round in range(start_round, num_rounds + 1):
-            self.round_log = RoundLog(server_round, logged=self.logged)
+            self.round_log = self.next_log
             messages = list(self.configure_train(
                 server_round, to_record(self.global_state), ConfigRecord(dict(train_config or {})),
                 grid))
-            replies = self._send(grid, messages, "training")
+            replies = self._send(grid, messages, "training",
+                                 lambda node, reason: self.round_log.reject(node, "train", reason))
             _, train_metrics = self.aggregate_train(server_round, replies)
             if train_metrics is not None:
                 result.train_metrics_clientapp[server_round] = train_metrics
-            messages = list(self.configure_evaluate(
-                server_round, to_record(self.global_state),
-                ConfigRecord(dict(evaluate_config or {})), grid))
-            eval_metrics = self.aggregate_evaluate(
-                server_round, self._send(grid, messages, "evaluating"))
-            if eval_metrics is not None:
-                result.evaluate_metrics_clientapp[server_round] = eval_metrics
-            if evaluate_fn is not None and (res := evaluate_fn(server_round, self.global_state)):
-                result.evaluate_metrics_serverapp[server_round] = res
-            if self.on_round_end is not None:
-                self.on_round_end(self.round_log, self.global_state, self.personal)
+            self._close_round(grid, server_round, eval_config, evaluate_fn, result)
         result.arrays = to_record(self.global_state)
         return result
+
+    def _close_round(self, grid: Grid, server_round: int, config: ConfigRecord,
+                     evaluate_fn: Callable | None, result: Result) -> None:
+        """The closing exchange of ``server_round``, its records, then ``on_round_end``."""
+        messages = list(self.configure_evaluate(server_round, to_record(self.global_state), config, grid))
+        replies = self._send(grid, messages, "evaluating" if self.evaluated else "scoring",
+                             self.reject_parts)
+        if (eval_metrics := self.aggregate_evaluate(server_round, replies)) is not None:
+            result.evaluate_metrics_clientapp[server_round] = eval_metrics
+        if evaluate_fn is not None and (res := evaluate_fn(server_round, self.global_state)):
+            result.evaluate_metrics_serverapp[server_round] = res
+        if self.on_round_end is not None:
+            self.on_round_end(self.round_log, self.global_state, self.personal)

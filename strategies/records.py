@@ -27,7 +27,7 @@ State = dict[str, np.ndarray]
 PACKED = "adapters"  # the one Array of a packed record
 STYPE = "safetensors"  # its serialisation type (Flower's ``Array.stype``)
 _ORDER = "order"  # safetensors metadata: the state's keys in their order (the buffer sorts them)
-RUNTIME = "runtime"  # ConfigRecord of a query.lntk reply: the ClientApp's "flwr-version"
+RUNTIME = "runtime"  # ConfigRecord of an evaluate reply: the ClientApp's "flwr-version"
 
 
 def runtime_record() -> ConfigRecord:

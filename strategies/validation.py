@@ -34,7 +34,8 @@ class Rejected(ValueError):
 
 @dataclass(frozen=True)
 class LayerReport:
-    """A validated ``query.lntk`` reply: per-layer principal eigenvalues and the client's budget."""
+    """A validated ``scores`` record of an evaluate reply: per-layer principal eigenvalues (all 0
+    for a rule without a score) and the client's budget, for the next round's selection."""
 
     node_id: int
     eigenvalues: np.ndarray  # (L,) float64, finite, >= 0
@@ -140,8 +141,8 @@ def check_release(content: Mapping) -> None:
 
 
 def check_scores(msg: Message, num_layers: int) -> LayerReport:
-    """Validate a ``query.lntk`` reply: the same Flower release as the server (`check_release`),
-    L finite non-negative eigenvalues, 1 <= budget <= L."""
+    """Validate the ``scores`` record of an evaluate reply: the same Flower release as the server
+    (`check_release`), L finite non-negative eigenvalues, 1 <= budget <= L."""
     content = _content(msg)
     check_release(content)
     metrics = _metrics(content, SCORES_KEY)

@@ -1,10 +1,11 @@
 """Which layers each client trains: one module per selection rule, registered in `methods.SELECTIONS`.
 
-All strategies share one round (query scores -> select -> train -> aggregate,
-`strategies.layer_selection`); they differ only in which score the clients compute and how the
-server turns scores and budgets into masks. Each module has one public function, ``rule(name,
-optimizer, optimizer_params) -> SelectionRule``; a new rule is one new module plus one registry line
-(its entry also says whether the rule needs budgets and trains adapters, CONTRIBUTING.md).
+All strategies share one round (scores -> select -> train -> aggregate -> evaluate, the
+evaluation and the next round's scores in one message, `strategies.layer_selection`); they differ
+only in which score the clients compute and how the server turns scores and budgets into masks.
+Each module has one public function, ``rule(name, optimizer, optimizer_params) -> SelectionRule``;
+a new rule is one new module plus one registry line (its entry also says whether the rule needs
+budgets and trains adapters, CONTRIBUTING.md).
 
 - ``f3ocus`` (`f3ocus`): LNTK scores, refined on the server by a multi-objective optimiser (§5);
 - ``lntk`` (`lntk`): LNTK scores, each client's own top-k (§4 without the server step);

@@ -8,7 +8,6 @@ model or the data are loaded, so most cases cost milliseconds.
 
 from __future__ import annotations
 
-import json
 import logging
 
 import numpy as np
@@ -20,9 +19,9 @@ from client_app.app import app as client_app
 from client_app.node import node_settings
 from server_app.app import app as server_app
 from settings import RunConfig, default_config
-from strategies.layer_selection import QUERY_LNTK
 from strategies.records import from_record, to_record
 from tests.helpers.inprocess import InProcessGrid
+from tests.helpers.runs import trained_rounds
 
 RUN = {**default_config(), "model": "tiny-vilt", "dataset": "synthetic", "partitioner": "iid",
        "budgets": "2,1,3", "num-server-rounds": 2, "local-steps": 1, "batch-size": 4,
@@ -47,7 +46,8 @@ def ask(grid: InProcessGrid, node_id: int, kind: str, config: dict, arrays=None)
 
 
 def score(grid: InProcessGrid, node_id: int) -> Message:
-    return ask(grid, node_id, QUERY_LNTK, {"score": "none", "score-mode": "loss", "score-batch-size": 2})
+    """The budget-only request: an evaluate message that neither evaluates nor scores."""
+    return ask(grid, node_id, "evaluate", {"evaluate": False, "score": "none"})
 
 
 NODE_CASES = {
@@ -156,7 +156,7 @@ def test_the_server_logs_a_node_error_once_and_the_others_train(tmp_path, caplog
     server = [w for w in warnings if "rejected" in w]
     assert len(server) == 1 and "node config device = 'cuda:7'" in server[0], warnings
     assert len(warnings) == 2, warnings  # and the node's own one line
-    rows = [json.loads(line) for line in (tmp_path / "run" / "rounds.jsonl").read_text().splitlines()]
+    rows = trained_rounds(tmp_path / "run" / "rounds.jsonl")
     assert [r["aggregated"] for r in rows] == [True, True]
     assert all({f["node"] for f in r["rejected"]} == {101} for r in rows)
     assert all(r["clients"] == 2 for r in rows)

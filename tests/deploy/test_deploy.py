@@ -29,7 +29,8 @@ from safetensors.numpy import load_file
 from client_app.personal import LOCAL
 from deploy.launch import Node
 from deploy.make_certs import make_credentials
-from tests.helpers.deployment import BUDGETS, RUN_TIMEOUT, read_jsonl, run_config, start_federation
+from tests.helpers.deployment import BUDGETS, RUN_TIMEOUT, run_config, start_federation
+from tests.helpers.runs import read_jsonl, trained_rounds
 
 
 @pytest.fixture(scope="module")
@@ -124,11 +125,12 @@ def test_three_authenticated_nodes_complete_two_rounds_with_their_own_budgets(fe
     result, run_dir = budget_run
     assert result.ok, result.output[-3000:]
     assert json.loads((run_dir / "config.json").read_text())["budgets"] == ""  # node config only
-    rounds = read_jsonl(run_dir / "rounds.jsonl")
+    rounds = trained_rounds(run_dir / "rounds.jsonl")
     assert [r["round"] for r in rounds] == [1, 2]
     assert all(r["aggregated"] and r["failures"] == 0 for r in rounds), rounds
+    assert [r["exchanges"] for r in read_jsonl(run_dir / "rounds.jsonl")] == [1, 2, 2]  # issue 38
     budget_of = {federation.node_ids[name]: budget for name, budget in BUDGETS.items()}
-    rows = read_jsonl(run_dir / "clients.jsonl")
+    rows = trained_rounds(run_dir / "clients.jsonl")
     assert sorted((r["round"], r["node"]) for r in rows) == sorted(
         (rnd, node) for rnd in (1, 2) for node in budget_of)
     for row in rows:
@@ -155,7 +157,7 @@ def test_a_generative_model_runs_deployed_and_records_generated_answer_accuracy(
     run_dir = tmp_path / "generative"
     assert json.loads((run_dir / "config.json").read_text())["model"] == "tiny-llava"
     budget_of = {federation.node_ids[name]: budget for name, budget in BUDGETS.items()}
-    rows = read_jsonl(run_dir / "clients.jsonl")
+    rows = trained_rounds(run_dir / "clients.jsonl")
     assert {r["node"] for r in rows} <= set(budget_of)
     (trained,) = [r for r in rows if r["mask"] is not None]
     assert len(trained["mask"]) == budget_of[trained["node"]]
@@ -202,7 +204,7 @@ def test_killed_node_is_recorded_the_run_completes_and_the_restarted_node_rejoin
         runner.join(timeout=RUN_TIMEOUT)
     result = outcome["result"]
     assert result.ok, result.output[-3000:]
-    rounds = read_jsonl(tmp_path / "fault" / "rounds.jsonl")
+    rounds = trained_rounds(tmp_path / "fault" / "rounds.jsonl")
     assert [r["round"] for r in rounds] == [1, 2]
     assert all(r["aggregated"] for r in rounds)
     failures = [f for f in rounds[0]["rejected"] if f["node"] == victim_id]

@@ -14,7 +14,8 @@ from __future__ import annotations
 import pytest
 from safetensors.numpy import load_file
 
-from tests.helpers.deployment import RUN_TIMEOUT, read_jsonl, run_config, start_federation
+from tests.helpers.deployment import RUN_TIMEOUT, run_config, start_federation
+from tests.helpers.runs import trained_rounds
 
 SIZES = {"site-0": "base", "site-1": "large"}
 LAYERS = 4  # tiny-vilt's selectable layers; pq-lora trains with strategy "all"
@@ -33,12 +34,12 @@ def test_two_model_sizes_run_sima_with_pq_lora_and_share_only_p_and_q(federation
         "aggregation": "'sima'", "adapter": "'pq-lora'"}), timeout=RUN_TIMEOUT)
     assert result.ok, result.output[-3000:]
     run_dir = tmp_path / "mosaic"
-    rounds = read_jsonl(run_dir / "rounds.jsonl")
+    rounds = trained_rounds(run_dir / "rounds.jsonl")
     assert [r["round"] for r in rounds] == [1]
     assert all(r["aggregated"] and r["failures"] == 0 for r in rounds), rounds
     shared = load_file(run_dir / "adapters.safetensors")
     assert shared and all(key.rsplit(".", 1)[-1] in ("P", "Q") for key in shared), sorted(shared)[:5]
-    rows = read_jsonl(run_dir / "clients.jsonl")
+    rows = trained_rounds(run_dir / "clients.jsonl")
     size_of = {federation.node_ids[name]: size for name, size in SIZES.items()}
     assert sorted(r["node"] for r in rows) == sorted(size_of)
     for row in rows:  # Self accuracy per client, with the size it ran

@@ -57,7 +57,7 @@ def test_a_run_attached_to_the_cluster_completes_with_its_results_on_the_driver(
     assert "Ray cluster at 127.0.0.1:6380: 2 nodes, 2 CPUs, 0 GPUs" in attached["stdout"]
     run_dir = scenario["out"] / "results" / "attached"
     rounds = [json.loads(line) for line in (run_dir / "rounds.jsonl").read_text().splitlines()]
-    assert [r["round"] for r in rounds] == [1, 2]
+    assert [r["round"] for r in rounds] == [0, 1, 2]  # 0: the initial adapters' evaluation
     assert (run_dir / "adapters.safetensors").is_file()
     assert sorted(p.name for p in (run_dir / "clients").iterdir()) == ["partition-0", "partition-1"]
 

@@ -10,7 +10,6 @@ or ports is left.
 from __future__ import annotations
 
 import contextlib
-import json
 import os
 import signal
 import sys
@@ -69,6 +68,3 @@ def run_config(tmp: Path, name: str, **extra: object) -> str:
     settings = {"results-dir": f"'{tmp}'", "run-name": f"'{name}'", **extra}
     return SETTINGS + " " + " ".join(f"{k}={v}" for k, v in settings.items())
 
-
-def read_jsonl(path: Path) -> list[dict]:
-    return [json.loads(line) for line in path.read_text().splitlines()]

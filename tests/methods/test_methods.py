@@ -28,6 +28,7 @@ from strategies.aggregation import Aggregate, masked_fedavg
 from strategies.selection.rule import SelectionRule
 from tests.client_app.test_config_node import RUN
 from tests.helpers.inprocess import InProcessGrid
+from tests.helpers.runs import trained_rounds
 
 ROOT = Path(__file__).resolve().parents[2]
 METHOD_KEY = re.compile(r"strategy|aggregation")
@@ -164,7 +165,7 @@ def run_two_rounds(tmp_path: Path, **settings: object) -> list[dict]:
     run = {**RUN, "budgets": "1,1", "results-dir": str(tmp_path), "run-name": "run", **settings}
     grid = InProcessGrid(client_app, [{"partition-id": i, "num-partitions": 2} for i in range(2)], run)
     server_app(grid, Context(run_id=1, node_id=0, node_config={}, state=RecordDict(), run_config=run))
-    return [json.loads(line) for line in (tmp_path / "run" / "rounds.jsonl").read_text().splitlines()]
+    return trained_rounds(tmp_path / "run" / "rounds.jsonl")
 
 
 def test_a_planted_aggregation_with_a_client_hook_runs_two_rounds(tmp_path, monkeypatch):
@@ -184,6 +185,6 @@ def test_a_planted_selection_rule_runs_two_rounds(tmp_path, monkeypatch):
     rounds = run_two_rounds(tmp_path, **{"strategy": "stride", "stride-offset": 1})
     assert [(r["aggregated"], r["failures"]) for r in rounds] == [(True, 0)] * 2
     assert SEEN["rule"] == [{"offset": 1}]
-    clients = [json.loads(line) for line in (tmp_path / "run" / "clients.jsonl").read_text().splitlines()]
+    clients = trained_rounds(tmp_path / "run" / "clients.jsonl")
     # layers 1 and 3 of 4 for every client although its budget is 1: the entry needs no budget
     assert len(clients) == 4 and all(sorted(row["mask"]) == [1, 3] for row in clients)

@@ -32,7 +32,6 @@ from client_app import runtime as client_runtime
 from client_app.app import app as client_app
 from server_app.app import app as server_app
 from settings import default_config
-from strategies.layer_selection import QUERY_LNTK
 from strategies.records import from_record
 from tests.helpers.inprocess import InProcessGrid
 
@@ -91,7 +90,7 @@ def test_the_interrupted_run_stopped_with_round_2_checkpointed(interrupted):
     run_dir, snapshot = interrupted
     assert checkpoint_round(snapshot) == 2
     rounds = [json.loads(ln)["round"] for ln in (snapshot / "rounds.jsonl").read_text().splitlines()]
-    assert rounds == [1, 2]
+    assert rounds == [0, 1, 2]  # round 0: the initial adapters' evaluation
     assert not (run_dir / "adapters.safetensors").exists()  # it did not finish
     heads = sorted(p.parent.name for p in (snapshot / "clients").glob("partition-*/personal-2.safetensors"))
     assert heads == [f"partition-{i}" for i in range(CLIENTS)]
@@ -130,11 +129,13 @@ def test_resume_runs_rounds_3_and_4_only(interrupted, resumed):
     run_dir, _ = interrupted
     grid, _ = resumed
     sent_rounds = {int(m.content["config"]["server-round"]) for m in grid.sent}
-    assert sent_rounds == {3, 4}
+    assert sent_rounds == {2, 3, 4}  # round 2's model is scored again for round 3, not evaluated
+    assert all(not m.content["config"]["evaluate"] for m in grid.sent
+               if m.content["config"]["server-round"] == 2)
     rounds = [json.loads(ln)["round"] for ln in (run_dir / "rounds.jsonl").read_text().splitlines()]
-    assert rounds == [1, 2, 3, 4]  # none lost, none twice
+    assert rounds == [0, 1, 2, 3, 4]  # none lost, none twice
     clients = [json.loads(ln)["round"] for ln in (run_dir / "clients.jsonl").read_text().splitlines()]
-    assert sorted(set(clients)) == [1, 2, 3, 4] and len(clients) == 4 * CLIENTS
+    assert sorted(set(clients)) == [0, 1, 2, 3, 4] and len(clients) == 5 * CLIENTS
     assert checkpoint_round(run_dir) == 4 and (run_dir / "adapters.safetensors").exists()
 
 
@@ -143,8 +144,8 @@ def test_resume_starts_from_exactly_the_round_2_global_adapters(interrupted, res
     grid, _ = resumed
     named = json.loads((snapshot / "checkpoint" / "state.json").read_text())["global"]
     expected = load_file(snapshot / "checkpoint" / named)
-    first = [m for m in grid.sent if m.metadata.message_type == QUERY_LNTK
-             and m.content["config"]["server-round"] == 3]
+    first = [m for m in grid.sent if m.metadata.message_type == "evaluate"
+             and m.content["config"]["server-round"] == 2 and m.content["config"]["score"] != "none"]
     assert len(first) == CLIENTS
     for msg in first:
         sent = from_record(msg.content["arrays"])
@@ -160,7 +161,7 @@ def test_every_client_continues_with_its_own_head(interrupted, resumed):
     _, loaded = resumed
     round_3 = [(pid, state) for pid, before, state in loaded if before == 3]
     assert sorted({pid for pid, _ in round_3}) == list(range(CLIENTS))
-    assert len(round_3) == 2 * CLIENTS  # the query and the training of round 3
+    assert len(round_3) == 2 * CLIENTS  # the scores for round 3 and its training
     for pid, state in round_3:
         expected = load_file(snapshot / "clients" / f"partition-{pid}" / "personal-2.safetensors")
         assert state is not None and state.keys() == expected.keys()

@@ -111,12 +111,14 @@ def test_run_simulation_resumes_a_killed_run_from_the_last_complete_round(tmp_pa
     out = capsys.readouterr().out
     assert code == 0, out
     resumed = simulator.grids[1]
-    assert {m.content["config"]["server-round"] for m in resumed.sent} == {2}
+    assert {m.content["config"]["server-round"] for m in resumed.sent} == {1, 2}  # 1: scores for 2
     assert_same(round_start(resumed, 2), after_round_1)
-    for arrays in sent_arrays(resumed, 2, "query.lntk"):  # the LNTK scores too
+    scored = sent_arrays(resumed, 1, "evaluate")  # the LNTK scores for round 2 too
+    assert len(scored) == CLIENTS
+    for arrays in scored:
         assert_same(arrays, after_round_1)
     rounds = [json.loads(ln)["round"] for ln in (run_dir / "rounds.jsonl").read_text().splitlines()]
-    assert rounds == [1, 2]
+    assert rounds == [0, 1, 2]
     assert f"Results: {run_dir}" in out and "budget" in out  # the client table
     assert experiments.sweep.incomplete(run_dir, 2) is None
 
@@ -152,14 +154,14 @@ def test_sweep_resumes_its_incomplete_run_skips_the_finished_one_and_restarts_a_
     assert "(resumed)" in lines[0] and "complete, skipped" in lines[1]
     assert "(resumed)" not in lines[2]
     resumed, fresh = simulator.grids[grids_before:]
-    assert {m.content["config"]["server-round"] for m in resumed.sent} == {2}
+    assert {m.content["config"]["server-round"] for m in resumed.sent} == {1, 2}
     assert_same(round_start(resumed, 2), after_round_1)
     config = (exp / "configs" / "last-s0.toml").read_text()
     assert f'resume-from = "{killed_dir}"' in config
-    assert {m.content["config"]["server-round"] for m in fresh.sent} == {1, 2}
+    assert {m.content["config"]["server-round"] for m in fresh.sent} == {0, 1, 2}
     assert (exp / "runs" / "random-s0" / "rounds.jsonl").stat().st_mtime_ns == finished
     for name in ("last-s0", "random-s0", "all-s0"):
         run_dir = exp / "runs" / name
         assert experiments.sweep.incomplete(run_dir, 2) is None, name
         rows = [json.loads(ln)["round"] for ln in (run_dir / "rounds.jsonl").read_text().splitlines()]
-        assert rows == [1, 2], name
+        assert rows == [0, 1, 2], name

@@ -84,9 +84,12 @@ def test_simulation_writes_every_results_file(finished_run):
     for name in ("config.json", "rounds.jsonl", "clients.jsonl", "fronts.jsonl",
                  "adapters.safetensors", "checkpoint/state.json", "checkpoint/global-2.safetensors"):
         assert (run_dir / name).exists(), name
-    rounds = read_jsonl(run_dir / "rounds.jsonl")
-    assert [r["round"] for r in rounds] == [1, 2]
+    initial, *rounds = read_jsonl(run_dir / "rounds.jsonl")
+    assert [r["round"] for r in (initial, *rounds)] == [0, 1, 2]  # 0: the initial adapters
+    assert not initial["aggregated"] and initial["evaluate"]["accuracy"] >= 0
     assert all(r["aggregated"] and r["failures"] == 0 for r in rounds)
+    # train + evaluate-and-score a round, evaluate-and-score before round 1: 2 N + 1 exchanges
+    assert [(r["exchanges"], r["messages"]) for r in (initial, *rounds)] == [(1, 3), (2, 6), (2, 6)]
     assert set(rounds[0]["phase-seconds"]) == {"scoring", "optimising", "training", "aggregating",
                                                "evaluating"}
     config = json.loads((run_dir / "config.json").read_text())
@@ -101,7 +104,8 @@ def test_masks_follow_the_budgets_and_uplink_is_only_the_masked_layers(finished_
     run_dir, _, _ = finished_run
     budgets = [2, 1, 3]
     rows = read_jsonl(run_dir / "clients.jsonl")
-    assert len(rows) == 6
+    assert len(rows) == 9 and {r["round"] for r in rows[:3]} == {0}  # round 0: evaluation only
+    rows = rows[3:]
     per_layer = {}
     for key, value in load_file(run_dir / "adapters.safetensors").items():
         layer = int(key.split(":")[0])  # serialized size of the same-shaped array
@@ -116,7 +120,7 @@ def test_masks_follow_the_budgets_and_uplink_is_only_the_masked_layers(finished_
 
 def test_training_loss_fell(finished_run):
     run_dir, _, _ = finished_run
-    rounds = read_jsonl(run_dir / "rounds.jsonl")
+    rounds = read_jsonl(run_dir / "rounds.jsonl")[1:]
     first, last = rounds[0]["train"]["train_loss_first"], rounds[-1]["train"]["train_loss_last"]
     assert last < first
 

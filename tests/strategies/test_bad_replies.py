@@ -18,7 +18,7 @@ from flwr.clientapp import ClientApp
 from flwr.common.constant import SUPERLINK_NODE_ID, ErrorCode
 
 from strategies import LayerSelectionStrategy, RoundLog, make_rule
-from strategies.layer_selection import QUERY_LNTK, weighted_means
+from strategies.layer_selection import weighted_means
 from strategies.records import PACKED, RUNTIME, State, from_record, layer_index, runtime_record, to_record
 from tests.helpers.inprocess import InProcessGrid
 
@@ -30,8 +30,17 @@ POISON = 1e6
 NODE_UNAVAILABLE = "Error: Node Unavailable - no heartbeat within 2 x its expected interval."
 
 # A tamper function gets the honest reply and the message it answers and returns the replies the
-# server sees instead (none, one or several); raising makes it an error reply, as in Flower.
+# server sees instead (none, one or several); raising makes it an error reply, as in Flower. It is
+# keyed by node and part (`part`): "train", "scores" (an evaluate message that asks for scores:
+# with ``num_rounds=1``, round 0's, which also evaluates) or "evaluate" (one that only evaluates:
+# round 1's, the last).
 Tamper = Callable[[Message, Message], list[Message]]
+SCORES = "scores"
+
+
+def part(msg: Message) -> str:
+    config = msg.content["config"]
+    return msg.metadata.message_type if config.get("score", "none") == "none" else SCORES
 
 
 def initial_state() -> State:
@@ -42,13 +51,6 @@ def initial_state() -> State:
 def honest_app() -> ClientApp:
     """Clients that report seeded scores and add (partition id + 1) to every assigned array."""
     app = ClientApp()
-
-    @app.query("lntk")
-    def lntk(msg: Message, ctx: Context) -> Message:
-        pid = int(ctx.node_config["partition-id"])
-        metrics = {"eigenvalues": np.random.default_rng(pid).random(L).tolist(), "budget": BUDGETS[pid],
-                   "num-examples": EXAMPLES[pid], "partition-id": pid, "seconds": 0.1}
-        return Message(RecordDict({"scores": MetricRecord(metrics), RUNTIME: runtime_record()}), reply_to=msg)
 
     @app.train()
     def train(msg: Message, ctx: Context) -> Message:
@@ -62,8 +64,13 @@ def honest_app() -> ClientApp:
     @app.evaluate()
     def evaluate(msg: Message, ctx: Context) -> Message:
         pid = int(ctx.node_config["partition-id"])
-        metrics = {"accuracy": 0.1 * (pid + 1), "num-examples": EXAMPLES[pid], "partition-id": pid}
-        return Message(RecordDict({"metrics": MetricRecord(metrics)}), reply_to=msg)
+        scores = {"eigenvalues": np.random.default_rng(pid).random(L).tolist(), "budget": BUDGETS[pid],
+                  "num-examples": EXAMPLES[pid], "partition-id": pid, "seconds": 0.1}
+        reply = RecordDict({"scores": MetricRecord(scores), RUNTIME: runtime_record()})
+        if msg.content["config"]["evaluate"]:
+            reply["metrics"] = MetricRecord({"accuracy": 0.1 * (pid + 1), "num-examples": EXAMPLES[pid],
+                                             "partition-id": pid})
+        return Message(reply, reply_to=msg)
 
     return app
 
@@ -77,7 +84,7 @@ class FleetGrid(InProcessGrid):
 
     def answer(self, msg: Message) -> list[Message]:
         replies = super().answer(msg)
-        tamper = self.tamper.get((msg.metadata.dst_node_id, msg.metadata.message_type))
+        tamper = self.tamper.get((msg.metadata.dst_node_id, part(msg)))
         if tamper is None:
             return replies
         try:
@@ -258,11 +265,9 @@ EVALUATE_CASES = {
 
 
 def run_round(tamper: dict[tuple[int, str], Tamper]) -> tuple[LayerSelectionStrategy, RoundLog]:
-    grid = FleetGrid(tamper)
-    logs: list[RoundLog] = []
-    strategy = LayerSelectionStrategy(make_rule("lntk", "nsga2", {}), L, seed=0,
-                                      on_round_end=lambda log, state, personal: logs.append(log))
-    strategy.start(grid, to_record(initial_state()), num_rounds=1, timeout=1)
+    """One round; its log (round 1: the scores round 0's exchange gathered for it, its training,
+    its evaluation)."""
+    strategy, logs = run_rounds(tamper, rounds=1)
     return strategy, logs[0]
 
 
@@ -293,7 +298,7 @@ def check_rejected_and_unaffected(strategy, log, stage: str, reason: str, accept
 @pytest.mark.parametrize("case", sorted(SCORES_CASES))
 def test_bad_scores_reply_is_rejected_and_the_client_sits_the_round_out(case):
     tamper, reason = SCORES_CASES[case]
-    strategy, log = run_round({(100 + BAD, QUERY_LNTK): tamper})
+    strategy, log = run_round({(100 + BAD, SCORES): tamper})
     assert sorted(log.masks) == [100, 102]
     check_rejected_and_unaffected(strategy, log, "scores", reason, accepted={100, 102})
 
@@ -310,7 +315,7 @@ def test_duplicate_replies_keep_the_first_and_reject_the_rest():
     def twice(reply: Message, msg: Message) -> list[Message]:
         return [reply, update(poisoned)(reply, msg)[0]]
 
-    strategy, log = run_round({(100 + BAD, QUERY_LNTK): lambda reply, msg: [reply, reply],
+    strategy, log = run_round({(100 + BAD, SCORES): lambda reply, msg: [reply, reply],
                                (100 + BAD, "train"): twice})
     assert [(r["node"], r["stage"], r["reason"]) for r in log.rejected] == [
         (100 + BAD, "scores", "duplicate reply from the same node in this round"),
@@ -355,12 +360,12 @@ def run_rounds(tamper: dict[tuple[int, str], Tamper], rounds: int, min_nodes: in
     strategy = LayerSelectionStrategy(make_rule("lntk", "nsga2", {}), L, seed=0, min_nodes=min_nodes,
                                       on_round_end=lambda log, state, personal: logs.append(log))
     strategy.start(FleetGrid(tamper), to_record(initial_state()), num_rounds=rounds, timeout=1)
-    return strategy, logs
+    return strategy, logs[1:]  # the trained rounds' logs (round 0 evaluates the initial adapters)
 
 
 def test_a_node_error_is_logged_once_per_node_and_recorded_every_round(caplog):
     bad = 100 + BAD
-    tamper = {(bad, kind): refuses for kind in (QUERY_LNTK, "train", "evaluate")}
+    tamper = {(bad, kind): refuses for kind in (SCORES, "train", "evaluate")}
     with caplog.at_level(logging.WARNING):
         strategy, logs = run_rounds(tamper, rounds=3)
     lines = [r.getMessage() for r in caplog.records if f"node {bad}" in r.getMessage()]
@@ -372,7 +377,7 @@ def test_a_node_error_is_logged_once_per_node_and_recorded_every_round(caplog):
 
 
 def test_min_nodes_decides_whether_a_round_without_the_failing_node_aggregates():
-    tamper = {(100 + BAD, kind): refuses for kind in (QUERY_LNTK, "train", "evaluate")}
+    tamper = {(100 + BAD, kind): refuses for kind in (SCORES, "train", "evaluate")}
     strategy, logs = run_rounds(tamper, rounds=1, min_nodes=3)
     assert not logs[0].aggregated
     for key, value in strategy.global_state.items():

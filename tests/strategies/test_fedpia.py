@@ -5,7 +5,6 @@ combined forward) and the run wiring (settings, two in-process runs on tiny-vilt
 from __future__ import annotations
 
 import itertools
-import json
 import time
 
 import numpy as np
@@ -30,6 +29,7 @@ from tasks import client_pia
 from tasks.alignment import lora_pairs, match_neurons, neuron_supports, permute_pair
 from tests.client_app.test_config_node import RUN
 from tests.helpers.inprocess import InProcessGrid
+from tests.helpers.runs import trained_rounds
 from tests.project.test_resume_inprocess import assert_same
 
 R, D_IN, D_OUT, K = 8, 32, 24, 5
@@ -335,7 +335,7 @@ def run_server(tmp_path, monkeypatch, **settings) -> tuple[InProcessGrid, dict, 
 
 
 def rounds_of(tmp_path) -> list[dict]:
-    return [json.loads(ln) for ln in (tmp_path / "run" / "rounds.jsonl").read_text().splitlines()]
+    return trained_rounds(tmp_path / "run" / "rounds.jsonl")
 
 
 def stored_local(tmp_path, pid: int, server_round: int) -> dict[str, np.ndarray]:
@@ -378,7 +378,7 @@ def test_f3ocus_with_fedpia_aligns_and_keeps_only_the_layers_each_client_trained
     _, calls, _ = run_server(tmp_path, monkeypatch, strategy="f3ocus",
                           **{"num-server-rounds": 1, "budgets": "2,1"})
     assert [(r["aggregated"], r["failures"]) for r in rounds_of(tmp_path)] == [(True, 0)]
-    rows = [json.loads(ln) for ln in (tmp_path / "run" / "clients.jsonl").read_text().splitlines()]
+    rows = trained_rounds(tmp_path / "run" / "clients.jsonl")
     masks = {row["partition-id"]: sorted(row["mask"]) for row in rows}
     assert sorted(len(m) for m in masks.values()) == [1, 2]
     for pid, mask in masks.items():

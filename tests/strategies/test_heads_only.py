@@ -17,7 +17,6 @@ import tasks
 from client_app.app import app as client_app
 from client_app.runtime import client_setup
 from server_app.app import app as server_app
-from strategies import QUERY_LNTK
 from strategies.records import from_record, to_record
 from tests.client_app.test_config_node import RUN, node, score, train
 from tests.helpers.inprocess import InProcessGrid
@@ -36,7 +35,8 @@ def test_scripted_round_sends_empty_masks_and_no_adapter_bytes_and_keeps_the_glo
     for key, value in start.items():
         np.testing.assert_array_equal(strategy.global_state[key], value)
     sent = {m.metadata.message_type: m for m in grid.sent}
-    assert "arrays" not in sent[QUERY_LNTK].content  # no score to compute, no adapters needed
+    assert all(m.content["config"]["score"] == "none" for m in grid.sent  # no score to compute
+               if m.metadata.message_type == "evaluate")
     assert list(sent["train"].content["config"]["mask"]) == []
 
 
@@ -84,8 +84,10 @@ def test_real_round_trains_heads_only_and_sends_no_adapter_bytes(tmp_path):
     for key, value in initial.items():
         np.testing.assert_array_equal(final[key], value, err_msg=key)
     rounds = [json.loads(ln) for ln in (tmp_path / "run" / "rounds.jsonl").read_text().splitlines()]
-    assert [(r["aggregated"], r["bytes-up"], r["failures"]) for r in rounds] == [(True, 0, 0)] * 2
+    assert [(r["aggregated"], r["bytes-up"], r["failures"]) for r in rounds] == [
+        (False, 0, 0), (True, 0, 0), (True, 0, 0)]  # round 0 evaluates the initial adapters
     rows = [json.loads(ln) for ln in (tmp_path / "run" / "clients.jsonl").read_text().splitlines()]
+    rows = [r for r in rows if r["round"] > 0]  # round 0 evaluates the initial adapters
     assert len(rows) == 4
     assert all(r["mask"] == [] and r["bytes-up"] == 0 and r["train"] is not None for r in rows)
     assert sorted(after_train) == sorted(grid.contexts)

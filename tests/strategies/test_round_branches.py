@@ -11,7 +11,7 @@ import numpy as np
 from flwr.app import Message, MessageType, MetricRecord, RecordDict
 
 from server_app.results import Recorder, load_checkpoint
-from strategies import QUERY_LNTK, LayerSelectionStrategy, make_rule
+from strategies import LayerSelectionStrategy, make_rule
 from strategies.records import from_record, layer_index, to_record
 from tests.helpers.inprocess import InProcessGrid
 from tests.strategies.test_strategy import BUDGETS, EXAMPLES, L, initial_state, scripted_app
@@ -19,7 +19,8 @@ from tests.strategies.test_strategy import BUDGETS, EXAMPLES, L, initial_state, 
 
 def run(tmp_path, overrides: dict | None = None, rounds: int = 2, nodes: int = 3, **kwargs):
     """``rounds`` rounds of ``lntk`` on ``nodes`` scripted clients (partition ids cycle over 0..2);
-    returns the strategy, the grid, the recorded round lines and the global state after each round."""
+    returns the strategy, the grid, the recorded lines of the trained rounds and the global state
+    after each (round 0, the initial evaluation, is left out of both)."""
     app, _ = scripted_app(overrides)
     grid = InProcessGrid(app, [{"partition-id": p % 3} for p in range(nodes)], run_config={})
     recorder = Recorder(tmp_path / "run", rounds, [f"layer{i}" for i in range(L)])
@@ -33,7 +34,8 @@ def run(tmp_path, overrides: dict | None = None, rounds: int = 2, nodes: int = 3
                                       on_round_end=end_round, **kwargs)
     strategy.start(grid, to_record(initial_state()), num_rounds=rounds)
     lines = [json.loads(ln) for ln in (recorder.run_dir / "rounds.jsonl").read_text().splitlines()]
-    return strategy, grid, lines, after
+    assert [line["round"] for line in lines] == list(range(rounds + 1))
+    return strategy, grid, lines[1:], after[1:]
 
 
 def crash_in(pid: int, *rounds: int):
@@ -58,9 +60,13 @@ def assert_state(state: dict[str, np.ndarray], expected: dict[str, np.ndarray]) 
         np.testing.assert_array_equal(state[key], value, err_msg=key)
 
 
-def sent(grid: InProcessGrid, kind: str, server_round: int) -> list[int]:
+def sent(grid: InProcessGrid, kind: str, server_round: int, part: str | None = None) -> list[int]:
+    """Nodes sent a ``kind`` message of ``server_round`` (for an evaluate message: that asks for
+    ``part``, "evaluate" or "score", when given)."""
+    def asks(config) -> bool:
+        return part is None or (config["evaluate"] if part == "evaluate" else config["score"] != "none")
     return sorted(m.metadata.dst_node_id for m in grid.sent if m.metadata.message_type == kind
-                  and m.content["config"]["server-round"] == server_round)
+                  and m.content["config"]["server-round"] == server_round and asks(m.content["config"]))
 
 
 def test_round_where_every_score_is_rejected_trains_nobody_and_keeps_the_global_adapters(tmp_path):
@@ -108,8 +114,9 @@ def test_fewer_valid_updates_than_min_nodes_leave_the_global_adapters_unchanged(
 
 
 def test_fraction_train_below_one_scores_and_trains_only_that_share(tmp_path):
-    """6 nodes, fraction-train 0.5: 3 nodes per round are queried and trained, the same 3 in
-    every run with the same seed; fraction-evaluate 1 still evaluates all 6."""
+    """6 nodes, fraction-train 0.5: 3 nodes per round are scored (by the exchange closing the
+    round before) and trained, the same 3 in every run with the same seed; fraction-evaluate 1
+    still evaluates all 6, and only those 3 are asked for scores."""
     strategy, grid, lines, _ = run(tmp_path / "a", nodes=6, fraction_train=0.5)
     _, again, _, _ = run(tmp_path / "b", nodes=6, fraction_train=0.5)
     all_nodes = sorted(grid.get_node_ids())
@@ -117,8 +124,8 @@ def test_fraction_train_below_one_scores_and_trains_only_that_share(tmp_path):
     for server_round, line in enumerate(lines, 1):
         trained = sent(grid, MessageType.TRAIN, server_round)
         assert len(trained) == 3 and line["clients"] == 3
-        assert sent(grid, QUERY_LNTK, server_round) == trained
-        assert sent(grid, MessageType.EVALUATE, server_round) == all_nodes
+        assert sent(grid, MessageType.EVALUATE, server_round - 1, "score") == trained
+        assert sent(grid, MessageType.EVALUATE, server_round, "evaluate") == all_nodes
         assert sent(again, MessageType.TRAIN, server_round) == trained  # seeded
         chosen.append(trained)
     rows = [json.loads(ln) for ln in (tmp_path / "a" / "run" / "clients.jsonl").read_text().splitlines()]

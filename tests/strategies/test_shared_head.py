@@ -17,6 +17,7 @@ from settings import default_config
 from strategies.records import from_record
 from tasks.data import load_partition
 from tests.helpers.inprocess import InProcessGrid
+from tests.helpers.runs import trained_rounds
 
 RUN = {"model": "tiny-vilt", "dataset": "synthetic", "partitioner": "iid", "budgets": "2",
        "num-server-rounds": 2, "local-steps": 2, "batch-size": 8, "max-test-samples": 20,
@@ -65,7 +66,7 @@ def test_a_run_averages_the_head_over_every_client_and_each_evaluates_with_it(ag
            "results-dir": str(tmp_path), "run-name": "run"}
     grid = InProcessGrid(watching, [{"partition-id": i, "num-partitions": 4} for i in range(4)], run)
     server_app(grid, Context(run_id=1, node_id=0, node_config={}, state=RecordDict(), run_config=run))
-    rounds = [json.loads(line) for line in (tmp_path / "run" / "rounds.jsonl").read_text().splitlines()]
+    rounds = trained_rounds(tmp_path / "run" / "rounds.jsonl")
     assert all(r["aggregated"] and r["failures"] == 0 for r in rounds), rounds
     assert all("4:head.weight" in up for up in uploads.values())  # every client sent its head
     rows = [json.loads(line) for line in (tmp_path / "run" / "clients.jsonl").read_text().splitlines()]

@@ -29,19 +29,11 @@ def scripted_app(overrides: dict | None = None) -> tuple[ClientApp, dict[int, li
     """Clients whose update adds (partition id + 1) to every trained array.
 
     ``overrides[pid]`` may replace the score metrics or the train reply to script a bad client.
+    Its evaluate reply carries the accuracy if asked to evaluate, and always the scores record.
     """
     overrides = overrides or {}
     uploaded: dict[int, list[str]] = {}
     app = ClientApp()
-
-    @app.query("lntk")
-    def lntk(msg: Message, ctx: Context) -> Message:
-        pid = int(ctx.node_config["partition-id"])
-        eig = np.random.default_rng(pid).random(L).tolist()
-        metrics = {"eigenvalues": eig, "budget": BUDGETS[pid], "num-examples": EXAMPLES[pid],
-                   "partition-id": pid}
-        metrics.update(overrides.get(pid, {}).get("scores", {}))
-        return Message(RecordDict({"scores": MetricRecord(metrics), RUNTIME: runtime_record()}), reply_to=msg)
 
     @app.train()
     def train(msg: Message, ctx: Context) -> Message:
@@ -60,13 +52,22 @@ def scripted_app(overrides: dict | None = None) -> tuple[ClientApp, dict[int, li
     @app.evaluate()
     def evaluate(msg: Message, ctx: Context) -> Message:
         pid = int(ctx.node_config["partition-id"])
-        metrics = {"accuracy": 0.1 * (pid + 1), "num-examples": EXAMPLES[pid], "partition-id": pid}
-        return Message(RecordDict({"metrics": MetricRecord(metrics)}), reply_to=msg)
+        eig = np.random.default_rng(pid).random(L).tolist()
+        scores = {"eigenvalues": eig, "budget": BUDGETS[pid], "num-examples": EXAMPLES[pid],
+                  "partition-id": pid}
+        scores.update(overrides.get(pid, {}).get("scores", {}))
+        reply = RecordDict({"scores": MetricRecord(scores), RUNTIME: runtime_record()})
+        if msg.content["config"]["evaluate"]:
+            reply["metrics"] = MetricRecord({"accuracy": 0.1 * (pid + 1), "num-examples": EXAMPLES[pid],
+                                             "partition-id": pid})
+        return Message(reply, reply_to=msg)
 
     return app, uploaded
 
 
 def run_round(strategy_name: str, overrides: dict | None = None, rounds: int = 1, **kwargs):
+    """``rounds`` rounds on three scripted clients; the logs of the trained rounds (round 0, the
+    initial evaluation, left out)."""
     app, uploaded = scripted_app(overrides)
     grid = InProcessGrid(app, [{"partition-id": p} for p in range(3)], run_config={})
     logs: list[RoundLog] = []
@@ -75,7 +76,8 @@ def run_round(strategy_name: str, overrides: dict | None = None, rounds: int = 1
         train_config={"local-steps": 1}, seed=0,
         on_round_end=lambda log, state, personal: logs.append(log), **kwargs)
     strategy.start(grid, to_record(initial_state()), num_rounds=rounds)
-    return strategy, logs, uploaded, grid
+    assert [log.server_round for log in logs] == list(range(rounds + 1))
+    return strategy, logs[1:], uploaded, grid
 
 
 def node_pid(grid: InProcessGrid) -> dict[int, int]:
@@ -164,7 +166,7 @@ def test_uplink_bytes_are_the_selected_layers_and_k_over_L_of_all():
         assert sent == sum(len(Array(state[k]).data) for k in keys)
         ratio = sent / logs_all[0].bytes_up[node]
         assert ratio == pytest.approx(BUDGETS[pids[node]] / L)
-    assert logs[0].bytes_down  # query + train + evaluate downlink is counted too
+    assert logs[0].bytes_down  # train + evaluate downlink is counted too
 
 
 def test_bad_scores_reply_is_dropped_with_a_logged_reason_and_the_round_goes_on():

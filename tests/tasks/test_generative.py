@@ -10,7 +10,6 @@ from __future__ import annotations
 import contextlib
 import importlib.util
 import io
-import json
 from functools import partial
 
 import numpy as np
@@ -24,6 +23,7 @@ from tasks.data import load_partition
 from tasks.lntk import principal_eigenvalue
 from tasks.models.generative import ANSWER_TOKEN_TYPE, IGNORE, normalize_answer
 from tests.helpers.inprocess import Simulator
+from tests.helpers.runs import trained_rounds
 from tests.helpers.tiny_vlms import (
     qwen2vl_processor,
     save_blip2,
@@ -314,7 +314,7 @@ def test_each_family_runs_two_federated_rounds_with_f3ocus_through_hf_dir(family
                               f"model='hf:{checkpoints[family]}' budgets='2,1' {RUN} "
                               f"results-dir='{tmp_path}' run-name='run'")
     assert code == 0, out[-2000:] + err[-2000:]
-    rows = [json.loads(line) for line in (tmp_path / "run" / "clients.jsonl").read_text().splitlines()]
+    rows = trained_rounds(tmp_path / "run" / "clients.jsonl")
     assert sorted((r["round"], r["partition-id"]) for r in rows) == [(1, 0), (1, 1), (2, 0), (2, 1)]
     for row in rows:
         assert_exact_match_rates(row["evaluate"])
@@ -330,7 +330,7 @@ def test_a_qwen2_vl_checkpoint_runs_two_federated_rounds_with_its_processor(qwen
                               f"model='hf:{qwen[0]}' budgets='2,1' {RUN} results-dir='{tmp_path}' "
                               "run-name='run'")
     assert code == 0, out[-2000:] + err[-2000:]
-    rows = [json.loads(line) for line in (tmp_path / "run" / "clients.jsonl").read_text().splitlines()]
+    rows = trained_rounds(tmp_path / "run" / "clients.jsonl")
     assert sorted((r["round"], r["partition-id"]) for r in rows) == [(1, 0), (1, 1), (2, 0), (2, 1)]
     for row in rows:
         assert_exact_match_rates(row["evaluate"])
@@ -344,7 +344,7 @@ def test_every_aggregation_runs_with_a_generative_model(aggregation, extra, tmp_
                               f"model='tiny-llava' budgets='2' aggregation='{aggregation}' {extra} {RUN} "
                               f"results-dir='{tmp_path}' run-name='run'")
     assert code == 0, out[-2000:] + err[-2000:]
-    rounds = [json.loads(line) for line in (tmp_path / "run" / "rounds.jsonl").read_text().splitlines()]
+    rounds = trained_rounds(tmp_path / "run" / "rounds.jsonl")
     assert len(rounds) == 2 and all(r["aggregated"] and r["failures"] == 0 for r in rounds)
 
 
@@ -355,7 +355,7 @@ def test_selection_rules_run_with_a_generative_model(strategy, tmp_path):
                               f"{RUN.replace('num-server-rounds=2', 'num-server-rounds=1')} "
                               f"results-dir='{tmp_path}' run-name='run'")
     assert code == 0, out[-2000:] + err[-2000:]
-    rows = [json.loads(line) for line in (tmp_path / "run" / "clients.jsonl").read_text().splitlines()]
+    rows = trained_rounds(tmp_path / "run" / "clients.jsonl")
     for row in rows:
         assert_exact_match_rates(row["evaluate"])
     if strategy == "none":  # no head and no adapters: the zero-shot row, nothing sent

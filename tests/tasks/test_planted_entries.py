@@ -106,7 +106,7 @@ def planted():
 @pytest.fixture(scope="module")
 def federated(planted, tmp_path_factory):
     """Two federated rounds of the planted model on the planted data set through
-    ``run_simulation.main``; returns the run directory and every client reply."""
+    ``run_simulation.main``; returns the run directory and every (message, client reply)."""
     results = tmp_path_factory.mktemp("planted")
     replies = []
     with pytest.MonkeyPatch.context() as patch:
@@ -116,7 +116,7 @@ def federated(planted, tmp_path_factory):
 
         def answer(grid: InProcessGrid, msg):
             out = real_answer(grid, msg)
-            replies.extend(out)
+            replies.extend((msg, reply) for reply in out)
             return out
 
         patch.setattr(InProcessGrid, "answer", answer)
@@ -137,11 +137,12 @@ def test_a_planted_model_entry_is_built_by_name_scored_and_federated(federated):
     assert scores.eigenvalues.shape == (3,) and (scores.eigenvalues > 1e-8).all()
 
     run_dir, replies = federated
-    lntk = [r.content["scores"] for r in replies if r.metadata.message_type == MessageType.QUERY + ".lntk"]
+    lntk = [r.content["scores"] for m, r in replies if m.metadata.message_type == MessageType.EVALUATE
+            and m.content["config"]["score"] == "lntk"]
     assert len(lntk) == CLIENTS * ROUNDS
     assert all(len(s["eigenvalues"]) == 3 and max(s["eigenvalues"]) > 0 for s in lntk)
     rows = [json.loads(line) for line in (run_dir / "rounds.jsonl").read_text().splitlines()]
-    assert [row["round"] for row in rows] == [1, 2]
+    assert [row["round"] for row in rows] == [0, 1, 2]
 
 
 def test_a_planted_data_set_entry_is_loaded_by_name_and_federated(federated):
@@ -153,6 +154,6 @@ def test_a_planted_data_set_entry_is_loaded_by_name_and_federated(federated):
     assert np.array_equal(sample.image[0, 0], RGB[sample.target])
 
     _, replies = federated
-    trained = [r.content["metrics"] for r in replies if r.metadata.message_type == MessageType.TRAIN]
+    trained = [r.content["metrics"] for _, r in replies if r.metadata.message_type == MessageType.TRAIN]
     assert len(trained) == CLIENTS * ROUNDS
     assert all(m["num-examples"] == SETTINGS["max-train-samples"] for m in trained)

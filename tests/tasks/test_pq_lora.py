@@ -4,8 +4,6 @@ in which only P and Q travel."""
 
 from __future__ import annotations
 
-import json
-
 import numpy as np
 import pytest
 import torch
@@ -21,6 +19,7 @@ from tasks.mosaic.align import _capture, _rows, public_samples
 from tasks.mosaic.modules import orthonormal, seeded_generator
 from tests.client_app.test_config_node import RUN
 from tests.helpers.inprocess import InProcessGrid
+from tests.helpers.runs import trained_rounds
 
 
 def _pq(d_in: int = 24, d_out: int = 20, rank: int = 4, seed: int = 0) -> MosaicLinear:
@@ -127,12 +126,12 @@ def test_a_run_with_two_model_sizes_sends_only_p_and_q_and_logs_both_sizes_accur
            "results-dir": str(tmp_path), "run-name": "run"}
     grid = InProcessGrid(watching, [{"partition-id": i, "num-partitions": 3} for i in range(3)], run)
     server_app(grid, Context(run_id=1, node_id=0, node_config={}, state=RecordDict(), run_config=run))
-    rounds = [json.loads(ln) for ln in (tmp_path / "run" / "rounds.jsonl").read_text().splitlines()]
+    rounds = trained_rounds(tmp_path / "run" / "rounds.jsonl")
     assert len(rounds) == 2 and all(r["aggregated"] and r["failures"] == 0 for r in rounds)
     assert len(uploads) == 6
     assert all(key.endswith((".P", ".Q")) for upload in uploads for key in upload)
     assert all(v.shape in ((8, 8), (8,)) for upload in uploads for v in upload.values())
-    rows = [json.loads(ln) for ln in (tmp_path / "run" / "clients.jsonl").read_text().splitlines()]
+    rows = trained_rounds(tmp_path / "run" / "clients.jsonl")
     sizes = {r["partition-id"]: r["evaluate"]["model-size"] for r in rows}
     assert sizes == {0: 0, 1: 1, 2: 0}
     for row in rows:

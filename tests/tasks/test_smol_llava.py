@@ -11,7 +11,6 @@ Most tests use a two-block slice of the decoder (same code, a fifteenth of the b
 from __future__ import annotations
 
 import importlib.util
-import json
 from functools import partial
 
 import numpy as np
@@ -21,6 +20,7 @@ import torch
 import tasks
 from tasks.data import Sample, load_partition
 from tasks.models import smol_llava
+from tests.helpers.runs import trained_rounds
 from tests.tasks.test_generative import assert_exact_match_rates, one_line, simulate
 from tests.tasks.test_generative_lntk import oracle_loss
 
@@ -150,9 +150,9 @@ def test_two_federated_rounds_aggregate_the_shared_projector(sliced, tmp_path):
                               "optimizer-pop-size=10 optimizer-generations=3 "
                               f"results-dir='{tmp_path}' run-name='run'")
     assert code == 0, out[-2000:] + err[-2000:]
-    rounds = [json.loads(line) for line in (tmp_path / "run" / "rounds.jsonl").read_text().splitlines()]
+    rounds = trained_rounds(tmp_path / "run" / "rounds.jsonl")
     assert len(rounds) == 2 and all(r["aggregated"] and r["failures"] == 0 for r in rounds)
-    rows = [json.loads(line) for line in (tmp_path / "run" / "clients.jsonl").read_text().splitlines()]
+    rows = trained_rounds(tmp_path / "run" / "clients.jsonl")
     assert sorted((r["round"], r["partition-id"]) for r in rows) == [(1, 0), (1, 1), (2, 0), (2, 1)]
     projector_bytes = 4 * (1280 * 576 + 576 + 576 * 576 + 576)
     for row in rows:

@@ -38,7 +38,7 @@ def main(experiment: str, out: str | None = None) -> None:
         seed = int(run.name.removeprefix("all-s"))
         replies = [json.loads(line) for line in (run / "clients.jsonl").read_text().splitlines()]
         groups = parse_groups(json.loads((run / "config.json").read_text())["client-groups"])
-        for rnd in sorted({r["round"] for r in replies}):
+        for rnd in sorted({r["round"] for r in replies} - {0}):  # round 0 evaluates, trains nothing
             got = sorted((r for r in replies if r["round"] == rnd), key=lambda r: r["partition-id"])
             sim = similarity_matrix(np.array([r["train"]["sima-grad"] for r in got]))
             w = client_weights(sim, TAU)
