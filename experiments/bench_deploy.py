@@ -2,6 +2,7 @@
 
     python -m experiments.bench_deploy [--budgets 2,4,6] [--dataset easy-vqa] [--rounds 2]
                                        [--run-config "..."] [--worker-idle S] [--repeat N] [--json]
+                                       [--engines deployed,simulated]
 
 Runs the same job twice on this machine, one after the other in the same invocation (so both see
 the same machine load; the ratio is the figure to compare between invocations):
@@ -21,7 +22,10 @@ With ``--json`` the last line is one JSON object with ``deployed_s_per_round``,
 ``simulated_s_per_round``, ``fixed_s_per_round``, ``ratio`` (deployed / simulated), ``overhead_s``,
 ``exchanges_per_round`` and the details; ``--repeat N`` runs N such pairs in turn (each in its own
 work directory) and adds the median and max of each of those figures (``<figure>_median``,
-``<figure>_max``; ``runs`` holds each pair's object).
+``<figure>_max``; ``runs`` holds each pair's object). ``--engines deployed`` runs the Deployment
+Engine alone, for a machine too loaded for the simulation to finish (its one client at a time with
+2 torch threads stalls on busy cores); the simulated figures, the fixed cost and the ratio are then
+null.
 """
 
 from __future__ import annotations
@@ -115,9 +119,11 @@ def run_simulated(args: argparse.Namespace, workdir: Path, run_config: str) -> d
     return {"wall_s": time.monotonic() - start, "command": command[1:]}
 
 
-def summary(deployed: dict, simulated: dict) -> dict:
-    """The figures: seconds per round of each engine, their ratio, per-message overhead medians."""
-    dep, sim = statistics.fmean(deployed["rounds"]), statistics.fmean(simulated["rounds"])
+def summary(deployed: dict, simulated: dict | None) -> dict:
+    """The figures: seconds per round of each engine, their difference and ratio (None without a
+    simulated run), per-message overhead medians."""
+    dep = statistics.fmean(deployed["rounds"])
+    sim = statistics.fmean(simulated["rounds"]) if simulated else None
     messages = deployed["messages"]
 
     def median(key: str, kind: str | None = None) -> float | None:
@@ -126,15 +132,16 @@ def summary(deployed: dict, simulated: dict) -> dict:
 
     kinds = sorted({m["message"] for m in messages})
     return {
-        "deployed_s_per_round": dep, "simulated_s_per_round": sim, "fixed_s_per_round": dep - sim,
-        "ratio": dep / sim, "overhead_s": median("overhead"), "messages": len(messages),
+        "deployed_s_per_round": dep, "simulated_s_per_round": sim,
+        "fixed_s_per_round": None if sim is None else dep - sim, "ratio": None if sim is None else dep / sim,
+        "overhead_s": median("overhead"), "messages": len(messages),
         "exchanges_per_round": deployed["exchanges"],
         "overhead_by_message": {k: median("overhead", k) for k in kinds},
         "medians": {k: median(k) for k in ("delivery", "start-to-handler", "cpu-to-handler", "setup",
                                             "work")},
-        "deployed_rounds_s": deployed["rounds"], "simulated_rounds_s": simulated["rounds"],
+        "deployed_rounds_s": deployed["rounds"], "simulated_rounds_s": simulated and simulated["rounds"],
         "where": sorted({m["where"] for m in messages}),
-        "loadavg": {"deployed": deployed["loadavg"], "simulated": simulated["loadavg"]},
+        "loadavg": {"deployed": deployed["loadavg"], "simulated": simulated and simulated["loadavg"]},
     }
 
 
@@ -158,11 +165,15 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--repeat", type=int, default=1,
                         help="pairs of runs, one after the other; prints each and the median and max")
     parser.add_argument("--json", action="store_true", help="end with one JSON line of the figures")
+    parser.add_argument("--engines", default="deployed,simulated",
+                        help="engines to run, comma-separated: deployed,simulated (default) or deployed")
     args = parser.parse_args(argv)
     if args.rounds < 1:
         parser.error(f"--rounds {args.rounds}: must be >= 1")
     if args.repeat < 1:
         parser.error(f"--repeat {args.repeat}: must be >= 1")
+    if args.engines not in ("deployed,simulated", "deployed"):
+        parser.error(f"--engines {args.engines!r}: must be 'deployed,simulated' or 'deployed'")
     args.app_dir = args.app_dir.expanduser().resolve()
     os.environ.setdefault("FLWR_DISABLE_RUNTIME_DEPENDENCY_INSTALLATION", "1")
     runs = []
@@ -174,13 +185,8 @@ def main(argv: list[str] | None = None) -> int:
         return 1
     result = runs[0] if len(runs) == 1 else {"runs": runs, **spread(runs)}
     if len(runs) > 1:
-        print(f"{len(runs)} runs, median (max): deployed {result['deployed_s_per_round_median']:.1f} "
-              f"({result['deployed_s_per_round_max']:.1f}) s/round, simulated "
-              f"{result['simulated_s_per_round_median']:.1f} ({result['simulated_s_per_round_max']:.1f}) "
-              f"s/round, fixed cost {result['fixed_s_per_round_median']:.1f} "
-              f"({result['fixed_s_per_round_max']:.1f}) s/round, ratio {result['ratio_median']:.2f} "
-              f"({result['ratio_max']:.2f}), per-message overhead {result['overhead_s_median']:.2f} "
-              f"({result['overhead_s_max']:.2f}) s", flush=True)
+        figures = (f"{f} {result[f'{f}_median']:.2f} ({result[f'{f}_max']:.2f})" for f in FIGURES)
+        print(f"{len(runs)} runs, median (max): {', '.join(figures)}", flush=True)
     if args.json:
         print(json.dumps(result))
     return 0
@@ -194,6 +200,8 @@ def bench_once(args: argparse.Namespace, repeat: int) -> dict:
             f"results-dir='{workdir / 'results'}' {args.run_config}").strip()
     engines = {}
     for name, run in (("deployed", run_deployed), ("simulated", run_simulated)):
+        if name not in args.engines.split(","):
+            continue
         before = loadavg()
         print(f"[{repeat + 1}/{args.repeat}] {name}: starting (loadavg {before})", flush=True)
         engines[name] = run(args, workdir, f"{base} run-name='{name}'")
@@ -202,12 +210,12 @@ def bench_once(args: argparse.Namespace, repeat: int) -> dict:
         engines[name]["loadavg"] = [before, loadavg()]
         print(f"[{repeat + 1}/{args.repeat}] {name}: {statistics.fmean(engines[name]['rounds']):.1f} s per "
               f"round {[round(s, 1) for s in engines[name]['rounds']]} (loadavg {loadavg()})", flush=True)
-    figures = summary(engines["deployed"], engines["simulated"])
-    overhead = "n/a" if figures["overhead_s"] is None else f"{figures['overhead_s']:.2f} s"
-    print(f"[{repeat + 1}/{args.repeat}] deployed {figures['deployed_s_per_round']:.1f} s/round, simulated "
-          f"{figures['simulated_s_per_round']:.1f} s/round, fixed cost {figures['fixed_s_per_round']:.1f} "
-          f"s/round, ratio {figures['ratio']:.2f}; "
-          f"per-message overhead median {overhead} over {figures['messages']} messages "
+    figures = summary(engines["deployed"], engines.get("simulated"))
+    shown = {k: "n/a" if figures[k] is None else f"{figures[k]:.2f}" for k in FIGURES}
+    print(f"[{repeat + 1}/{args.repeat}] deployed {shown['deployed_s_per_round']} s/round, simulated "
+          f"{shown['simulated_s_per_round']} s/round, fixed cost {shown['fixed_s_per_round']} s/round, "
+          f"ratio {shown['ratio']}; per-message overhead median {shown['overhead_s']} s over "
+          f"{figures['messages']} messages, {figures['exchanges_per_round']} exchanges per round "
           f"(loadavg {loadavg()})", flush=True)
     return figures
 

@@ -33,7 +33,7 @@ from tests.helpers.inprocess import InProcessGrid
 from tests.strategies.test_strategy import initial_state, scripted_app
 
 ROUNDS = 3
-CLIENTS = 3
+CLIENTS = 2
 JOB = {**RUN, "num-server-rounds": ROUNDS}  # the default job (f3ocus, masked FedAvg), tiny model
 
 
