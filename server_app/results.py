@@ -2,7 +2,8 @@
 
 Files:
 - ``config.json``: the validated run config, layer names, strategy;
-- ``rounds.jsonl``: one line per round: weighted metrics, phase seconds, bytes, rejections;
+- ``rounds.jsonl``: one line per round: weighted metrics, phase seconds, bytes, rejections, and with
+  ``dp = "client"`` the ``epsilon`` every site has spent after it (`strategies.privacy`);
 - ``clients.jsonl``: one line per client per round: eigenvalues, scores, budget, mask, bytes
   down/up, train and evaluation metrics;
 - ``fronts.jsonl``: the optimiser's Pareto front and picked solution per round (F3OCUS);
@@ -101,6 +102,8 @@ class Recorder:
             "rejected": log.rejected,
             "failures": len(log.rejected),
         }
+        if log.epsilon is not None:
+            summary["epsilon"] = log.epsilon
         self._append("clients.jsonl", rows)
         self._append("rounds.jsonl", [summary])
         if log.assignment is not None:
@@ -137,7 +140,8 @@ class Recorder:
         return (f"round {summary['round']}/{self.num_rounds} | "
                 f"{'acc' if 'accuracy' in ev else 'f1'} {score:.4f} | "
                 f"loss {ev.get('loss', float('nan')):.4f} | {summary['seconds']:.1f} s | "
-                f"up {summary['bytes-up'] / MB:.2f} MB | rejected {summary['failures']}")
+                f"up {summary['bytes-up'] / MB:.2f} MB | rejected {summary['failures']}"
+                + (f" | ε {summary['epsilon']:.3g}" if "epsilon" in summary else ""))
 
     def checkpoint(self, server_round: int, global_state: State, personal: dict[int, State]
                    ) -> None:

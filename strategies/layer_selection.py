@@ -33,6 +33,7 @@ from flwr.serverapp.strategy import Result, Strategy
 
 from metaheuristics import Assignment
 from strategies.aggregation import Aggregator, ClientUpdate, masked_fedavg
+from strategies.privacy import ClientAccountant
 from strategies.records import State, from_record, layer_index, record_bytes, to_record
 from strategies.selection import SelectionRule
 from strategies.validation import (
@@ -92,6 +93,7 @@ class RoundLog:
     eval_metrics: dict[int, dict] = field(default_factory=dict)
     seconds: dict[str, float] = field(default_factory=lambda: dict.fromkeys(PHASES, 0.0))
     aggregated: bool = False
+    epsilon: float | None = None  # dp = "client": the ε every site has spent after this round
     logged: set[tuple[int, str]] = field(default_factory=set, repr=False)  # shared across rounds
 
     def reject(self, node_id: int, stage: str, reason: str) -> None:
@@ -131,7 +133,9 @@ class LayerSelectionStrategy(Strategy):
     learning rate), ``common_config`` with every message; ``lr_schedule(round)`` gives the
     round's learning rate. ``aggregator`` is the
     replaceable aggregation step; it may return per-client global models, which are then sent to
-    those clients instead of the shared one.
+    those clients instead of the shared one. ``accountant`` (``dp = "client"``, the aggregator then
+    made DP-FedAvg by the ServerApp) gives each round's ε and stops the run before a round that
+    would pass its cap.
     """
 
     def __init__(
@@ -149,6 +153,7 @@ class LayerSelectionStrategy(Strategy):
         min_nodes: int = 1,
         seed: int = 0,
         on_round_end: Callable[[RoundLog, State, dict[int, State]], None] | None = None,
+        accountant: ClientAccountant | None = None,
     ) -> None:
         self.rule = rule
         self.num_layers = num_layers
@@ -162,6 +167,7 @@ class LayerSelectionStrategy(Strategy):
         self.min_nodes = min_nodes
         self.seed = seed
         self.on_round_end = on_round_end
+        self.accountant = accountant
         self.global_state: State = {}
         self.personal: dict[int, State] = {}
         self.logged: set[tuple[int, str]] = set()  # (node, reason) pairs already logged
@@ -365,7 +371,14 @@ class LayerSelectionStrategy(Strategy):
         self.summary()
         result = Result()
         for server_round in range(start_round, num_rounds + 1):
+            if self.accountant is not None and not self.accountant.allows(server_round):
+                log(WARNING, "Privacy budget spent: round %d would bring ε to %.3g > %.3g (dp = 'client'), "
+                    "so the run stops after round %d, its results and checkpoint kept", server_round,
+                    self.accountant.epsilon(server_round), self.accountant.cap, server_round - 1)
+                break
             self.round_log = RoundLog(server_round, logged=self.logged)
+            if self.accountant is not None:
+                self.round_log.epsilon = self.accountant.epsilon(server_round)
             messages = list(self.configure_train(
                 server_round, to_record(self.global_state), ConfigRecord(dict(train_config or {})),
                 grid))
