@@ -45,14 +45,26 @@ def clip_update(state: State, base: State, clip: float) -> State:
     """``state`` with its update from ``base`` scaled down to L2 norm ≤ ``clip`` (McMahan et al. 2018,
     ClipFn, flat clipping over all the arrays sent); an update within the bound is returned as is.
 
-    The scale leaves a margin of a few ulps so that the float32 arrays' norm stays ≤ ``clip``.
+    The result is cast back to the arrays' dtype, which rounds each entry x by up to eps/2·|x|, so the
+    scale aims below ``clip`` by eps/2·(‖base‖ + clip): the float32 arrays a client sends are within
+    the bound too. (The server clips again, in float64: `with_client_dp`.)
     """
     norm = update_norm(state, base)
     if norm <= clip:
         return dict(state)
-    scale = clip / norm * (1 - 1e-6)
+    eps = max(float(np.finfo(value.dtype).eps) for value in state.values())
+    base_norm = math.sqrt(sum(float(np.sum(base[key].astype(np.float64) ** 2)) for key in state))
+    target = clip - eps * (base_norm + clip) - 1e-12 * clip
+    if target <= 0:
+        raise ValueError(f"dp-clip = {clip!r} is below the rounding of the adapters' "
+                         f"{state[next(iter(state))].dtype} entries")
+    scale = target / norm
     return {key: (base[key] + scale * (value.astype(np.float64) - base[key])).astype(value.dtype)
             for key, value in state.items()}
+
+
+def _float64(state: State) -> State:
+    return {key: value.astype(np.float64) for key, value in state.items()}
 
 
 def with_client_dp(aggregator: Aggregator, *, clip: float, noise: float,
@@ -65,8 +77,8 @@ def with_client_dp(aggregator: Aggregator, *, clip: float, noise: float,
     """
 
     def private(global_state: State, updates: Sequence[ClientUpdate]) -> Aggregate:
-        clipped = [replace(u, state=clip_update(u.state, u.base or global_state, clip), num_examples=1)
-                   for u in updates]
+        clipped = [replace(u, state=clip_update(_float64(u.state), _float64(u.base or global_state), clip),
+                           num_examples=1) for u in updates]
         result = aggregator(global_state, clipped)
         if result.personal:
             raise ValueError("dp = 'client' needs an aggregation without per-client models")
