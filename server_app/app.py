@@ -189,5 +189,5 @@ def main(grid: Grid, context: Context) -> None:
     strategy.start(grid, to_record(plan.initial), num_rounds=config.num_server_rounds,
                    timeout=config.round_timeout, start_round=plan.start_round,
                    personal=plan.personal)
-    recorder.finish(strategy.global_state)
+    recorder.finish(strategy.global_state, stopped=strategy.stopped)
     log(INFO, "Final global adapters: %s", run_dir / "adapters.safetensors")

@@ -9,7 +9,9 @@ Files:
 - ``fronts.jsonl``: the optimiser's Pareto front and picked solution per round (F3OCUS);
 - ``checkpoint/``: after every round, ``global-<round>.safetensors`` (and
   ``personal-<node>-<round>.safetensors``) and ``state.json`` naming the round and its files;
-  ``adapters.safetensors``: the final global adapters.
+  ``adapters.safetensors``: the final global adapters;
+- ``stopped.json``: only for a run that ended before its last round by design (its privacy budget
+  spent, `strategies.privacy`): the last round run and why, so the run counts as finished.
 
 The checkpoint is atomic as a set: a round's adapter files get new names, ``state.json`` is
 replaced (``os.replace``) only once they are all written, and the previous round's files are
@@ -37,6 +39,7 @@ from strategies.records import State
 
 CHECKPOINT = "checkpoint"
 STATE_FILE = "state.json"
+STOPPED_FILE = "stopped.json"
 MB = 1e6
 
 
@@ -68,6 +71,7 @@ class Recorder:
         self.num_rounds = num_rounds
         self.layer_names = layer_names
         self.history: list[dict] = []
+        self.first_round = first_round
         run_dir.mkdir(parents=True, exist_ok=True)
         (run_dir / CHECKPOINT).mkdir(exist_ok=True)
         self._round_start = time.perf_counter()
@@ -161,8 +165,13 @@ class Recorder:
             if path.name not in keep:
                 path.unlink(missing_ok=True)
 
-    def finish(self, global_state: State) -> None:
+    def finish(self, global_state: State, stopped: str | None = None) -> None:
+        """The final adapters, and ``stopped.json`` when the run ended early by design (module doc)."""
         _save_state(self.run_dir / "adapters.safetensors", global_state)
+        if stopped is not None:
+            last = self.history[-1]["round"] if self.history else self.first_round - 1
+            text = json.dumps({"after-round": last, "reason": stopped})
+            _atomic_write(self.run_dir / STOPPED_FILE, lambda tmp: tmp.write_text(text))
         if self.bar is not None:
             self.bar.close()
 

@@ -168,6 +168,7 @@ class LayerSelectionStrategy(Strategy):
         self.seed = seed
         self.on_round_end = on_round_end
         self.accountant = accountant
+        self.stopped: str | None = None  # why the run ended before its last round (privacy budget)
         self.global_state: State = {}
         self.personal: dict[int, State] = {}
         self.logged: set[tuple[int, str]] = set()  # (node, reason) pairs already logged
@@ -372,9 +373,11 @@ class LayerSelectionStrategy(Strategy):
         result = Result()
         for server_round in range(start_round, num_rounds + 1):
             if self.accountant is not None and not self.accountant.allows(server_round):
-                log(WARNING, "Privacy budget spent: round %d would bring ε to %.3g > %.3g (dp = 'client'), "
-                    "so the run stops after round %d, its results and checkpoint kept", server_round,
-                    self.accountant.epsilon(server_round), self.accountant.cap, server_round - 1)
+                self.stopped = (f"Privacy budget spent: round {server_round} would bring ε to "
+                                f"{self.accountant.epsilon(server_round):.3g} > {self.accountant.cap:.3g} "
+                                f"(dp = 'client'), so the run stops after round {server_round - 1}, its "
+                                "results and checkpoint kept")
+                log(WARNING, "%s", self.stopped)
                 break
             self.round_log = RoundLog(server_round, logged=self.logged)
             if self.accountant is not None:

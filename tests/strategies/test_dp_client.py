@@ -13,6 +13,7 @@ from flwr.app import Context, MessageType, RecordDict
 from scipy import stats
 
 from client_app.app import app as client_app
+from experiments.sweep import incomplete
 from server_app.app import app as server_app
 from settings import ConfigError, RunConfig
 from settings.privacy import PrivacySettings
@@ -105,8 +106,8 @@ def run_federation(tmp_path, spy: list | None = None, **settings: object) -> lis
 def test_a_run_records_the_accountants_epsilon_per_round_and_stops_before_its_cap(tmp_path, caplog):
     """z = 2, δ = 1e-3, 3 rounds planned; the cap lies between ε after 2 and after 3 rounds, so two
     rounds run, each recording dp-accounting's ε, then one line says the budget is spent, and the
-    checkpoint and final adapters of round 2 are kept. Every site's reply is clipped to dp-clip
-    (a clip this small binds every update, so each reply's norm is the clip)."""
+    checkpoint and final adapters of round 2 are kept, the run counted as finished. Every site's
+    reply is clipped to dp-clip (a clip this small binds every update: each reply's norm is the clip)."""
     noise, delta, clip = 2.0, 1e-3, 1e-3
     expected = oracle_epsilons(noise, 3, delta)
     cap = (expected[1] + expected[2]) / 2
@@ -120,6 +121,8 @@ def test_a_run_records_the_accountants_epsilon_per_round_and_stops_before_its_ca
     assert len(stops) == 1 and "round 3" in stops[0]
     assert json.loads((tmp_path / "run" / "checkpoint" / "state.json").read_text())["round"] == 2
     assert (tmp_path / "run" / "adapters.safetensors").exists()
+    assert json.loads((tmp_path / "run" / "stopped.json").read_text())["after-round"] == 2
+    assert incomplete(tmp_path / "run", 3) is None  # finished as planned by its budget: not resumed
     assert len(spy) == 6 and all(clip * (1 - 1e-3) <= update_norm(up, sent) <= clip for sent, up in spy)
 
 
