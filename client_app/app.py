@@ -65,6 +65,10 @@ def train(msg: Message, context: Context) -> Message:
              "partition-id": setup.partition_id}
     personal = tasks.get_personal_state(setup.model)
     upload, local = hook.finish(tasks.get_layer_state(setup.model, layers), personal, reply)
+    if setup.config.privacy.mode == "client":  # DP-FedAvg: the site clips its own update
+        from strategies.aggregation.dp import clip_update
+
+        upload = clip_update(upload, received, setup.config.privacy.clip)
     save_personal(context, personal, server_round, str(config["run-dir"]), local=local)
     arrays = to_record(upload)
     return Message(RecordDict({"arrays": arrays, "metrics": MetricRecord(reply)}), reply_to=msg)

@@ -91,7 +91,9 @@ def validate(base: dict[str, object], specs: Sequence[RunSpec], experiment_dir: 
 def incomplete(run_dir: Path, num_rounds: int) -> str | None:
     """Why the run in `run_dir` is not a finished result, or None when it is: every trained round
     logged (round 0, the initial evaluation, is not one), the last one evaluated by at least one
-    client (a run whose every client failed is run again), final adapters written."""
+    client (a run whose every client failed is run again), final adapters written; a run that its
+    privacy budget stopped early (``stopped.json``, `server_app.results`) is finished with the
+    rounds it ran."""
     rounds = run_dir / "rounds.jsonl"
     logged = []
     for line in rounds.read_text().splitlines() if rounds.exists() else []:
@@ -101,7 +103,7 @@ def incomplete(run_dir: Path, num_rounds: int) -> str | None:
             break
         if row.get("round", 1) > 0:
             logged.append(row)
-    if len(logged) < num_rounds:
+    if len(logged) < num_rounds and not (run_dir / "stopped.json").exists():
         return f"only {len(logged)} of {num_rounds} rounds completed"
     if not logged[-1].get("evaluate"):
         return "no client evaluated the last round; see the log above"

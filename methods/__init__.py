@@ -19,15 +19,25 @@ from methods.base import Aggregation, MethodSettings, Selection, lookup, registr
 from methods.options import F3ocusSettings, FedPiaSettings, GroupOracleSettings, SimaSettings
 from tasks.names import BASELINE_SCORERS
 
+# why dp = "client" (DP-FedAvg, strategies.aggregation.dp) refuses these methods (README, client-level DP)
+FEDPIA_NO_DP = ("its server alignment permutes and weights each site's un-noised update by its distance to "
+                "the others' mean, so one site moves every site's weight: no per-site bound by dp-clip")
+SIMA_NO_DP = ("its sites send gradient features with every update and get one un-noised model each, "
+              "releases that the DP-FedAvg noise does not cover")
+LOCAL_NO_DP = ("it returns each site its own un-noised update and shares nothing, so there is no "
+               "aggregate to noise")
+GROUPS_NO_DP = ("its per-group means are released beside the global mean, and each would need its own "
+                "noise and accounting (not implemented)")
+
 AGGREGATIONS: dict[str, Aggregation] = registry([
-    Aggregation("masked-fedavg", "strategies.aggregation.masked_fedavg:masked_fedavg"),
+    Aggregation("masked-fedavg", "strategies.aggregation.masked_fedavg:masked_fedavg", client_dp_refusal=""),
     Aggregation("fedpia", "strategies.aggregation.fedpia:fedpia", FedPiaSettings,
-                client="client_app.pia:start"),
+                client="client_app.pia:start", client_dp_refusal=FEDPIA_NO_DP),
     Aggregation("sima", "strategies.aggregation.sima:sima", SimaSettings, client="client_app.mosaic:start",
-                needs_gated_model=True, adapters=("lora", "pq-lora")),
-    Aggregation("local", "strategies.aggregation.local:local_only"),
+                needs_gated_model=True, adapters=("lora", "pq-lora"), client_dp_refusal=SIMA_NO_DP),
+    Aggregation("local", "strategies.aggregation.local:local_only", client_dp_refusal=LOCAL_NO_DP),
     Aggregation("group-oracle", "strategies.aggregation.group_oracle:group_oracle", GroupOracleSettings,
-                needs_groups=True),
+                needs_groups=True, client_dp_refusal=GROUPS_NO_DP),
 ])
 """``aggregation``: how the updates of a round are combined (`strategies.aggregation`)."""
 

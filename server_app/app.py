@@ -5,9 +5,10 @@ from __future__ import annotations
 import os
 import time
 from dataclasses import dataclass, field
-from logging import ERROR, INFO, getLogger
+from logging import ERROR, INFO, WARNING, getLogger
 from pathlib import Path
 
+import numpy as np
 from flwr.app import Context
 from flwr.serverapp import Grid, ServerApp
 
@@ -17,6 +18,8 @@ from flower_compat import FlowerVersionError, check_version
 from server_app.results import Recorder, load_checkpoint
 from settings import ConfigError, RunConfig, check_budgets, check_model_here
 from strategies import Aggregator, LayerSelectionStrategy, make_rule
+from strategies.aggregation.dp import with_client_dp
+from strategies.privacy import ClientAccountant
 from strategies.records import State, to_record
 
 log = getLogger("flwr").log  # Flower's logger: its handlers reach the console and `flwr run --stream`
@@ -109,20 +112,44 @@ def answer_count(config: RunConfig) -> int:
     return len(part.labels)
 
 
-def aggregator_for(config: RunConfig) -> Aggregator:
+def aggregator_for(config: RunConfig, accountant: ClientAccountant | None = None) -> Aggregator:
     """The run's aggregator: its registry entry's server step bound with the method's own settings
-    (`methods.base.Aggregation.server_step`)."""
-    return config.method.server_step(config.method_settings, config)
+    (`methods.base.Aggregation.server_step`); with ``dp = "client"`` made DP-FedAvg with the
+    accountant's noise multiplier (`strategies.aggregation.dp`), its noise drawn from OS entropy."""
+    step = config.method.server_step(config.method_settings, config)
+    if accountant is None:
+        return step
+    return with_client_dp(step, clip=config.privacy.clip, noise=accountant.noise, rng=np.random.default_rng())
 
 
-def build_strategy(config: RunConfig, num_layers: int, recorder: Recorder) -> LayerSelectionStrategy:
+def plan_privacy(config: RunConfig, grid: Grid) -> ClientAccountant | None:
+    """``dp = "client"``: δ, the noise multiplier and the ε cap settled before round 1
+    (`strategies.privacy`; ConfigError for a δ or cap that cannot hold), n the sites connected now,
+    at least ``min-nodes``; None for any other ``dp``."""
+    if config.privacy.mode != "client":
+        return None
+    sites = max(config.min_nodes, len(list(grid.get_node_ids())))
+    accountant = ClientAccountant.plan(config.privacy, sites, config.num_server_rounds)
+    log(INFO, "dp = 'client': noise multiplier %.4g, clip %g, δ %.3g for %d sites; ε after %d rounds %.4g, "
+        "cap %.4g", accountant.noise, config.privacy.clip, accountant.delta, sites, config.num_server_rounds,
+        accountant.epsilon(config.num_server_rounds), accountant.cap)
+    return accountant
+
+
+def build_strategy(config: RunConfig, num_layers: int, recorder: Recorder,
+                   accountant: ClientAccountant | None = None) -> LayerSelectionStrategy:
     """The one round of every run (`strategies.layer_selection`) with its two axes from the run
     config: the selection rule of ``strategy`` and the aggregator of ``aggregation`` (their
-    `methods` entries, each with its own settings), plus the run's training and scoring settings."""
+    `methods` entries, each with its own settings), plus the run's training and scoring settings;
+    ``accountant``: ``dp = "client"`` (`plan_privacy`)."""
     rule = make_rule(config.strategy, config.optimizer, config.selection_settings.server_keywords(config))
+    if accountant is not None and rule.scorer:
+        log(WARNING, "dp = 'client' with strategy = %r: the ε covers the adapter updates given the masks, "
+            "not the %s layer scores the sites send un-noised to choose them", config.strategy, rule.scorer)
     return LayerSelectionStrategy(
         rule, num_layers,
-        aggregator=aggregator_for(config),
+        aggregator=aggregator_for(config, accountant),
+        accountant=accountant,
         train_config={"local-steps": config.local_steps, "batch-size": config.batch_size,
                       "head-lr": config.head_lr, "weight-decay": config.weight_decay},
         score_config={"score-mode": config.score_mode, "score-batch-size": config.score_batch_size},
@@ -145,6 +172,7 @@ def main(grid: Grid, context: Context) -> None:
         check_version(what="installed for the ServerApp")
         config = RunConfig.from_mapping(context.run_config)
         plan = plan_run(config)
+        accountant = plan_privacy(config, grid)
     except ConfigError as err:
         reason = str(err) if isinstance(err, FlowerVersionError) else f"Invalid run configuration: {err}"
         log(ERROR, "%s", reason)
@@ -157,9 +185,9 @@ def main(grid: Grid, context: Context) -> None:
                         progress_bar=config.progress_bar, first_round=plan.start_round)
     recorder.write_config(config.to_dict())
     log(INFO, "Results: %s (rounds %d..%d)", run_dir, plan.start_round, config.num_server_rounds)
-    strategy = build_strategy(config, len(plan.layer_names), recorder)
+    strategy = build_strategy(config, len(plan.layer_names), recorder, accountant)
     strategy.start(grid, to_record(plan.initial), num_rounds=config.num_server_rounds,
                    timeout=config.round_timeout, start_round=plan.start_round,
                    personal=plan.personal)
-    recorder.finish(strategy.global_state)
+    recorder.finish(strategy.global_state, stopped=strategy.stopped)
     log(INFO, "Final global adapters: %s", run_dir / "adapters.safetensors")

@@ -3,14 +3,17 @@
 Files:
 - ``config.json``: the validated run config, layer names, strategy;
 - ``rounds.jsonl``: one line per round: weighted metrics, phase seconds, message exchanges and
-  messages sent, bytes, rejections; round 0 is the initial adapters' evaluation (nothing trained);
+  messages sent, bytes, rejections, and with ``dp = "client"`` the ``epsilon`` every site has spent
+  after it (`strategies.privacy`); round 0 is the initial adapters' evaluation (nothing trained);
 - ``clients.jsonl``: one line per client per round: eigenvalues, scores, budget, mask, bytes
   down/up, train and evaluation metrics (round 0: the initial evaluation and round 1's scores go
   out in one message, counted in round 0's bytes; the scores are recorded with round 1);
 - ``fronts.jsonl``: the optimiser's Pareto front and picked solution per round (F3OCUS);
 - ``checkpoint/``: after every trained round, ``global-<round>.safetensors`` (and
   ``personal-<node>-<round>.safetensors``) and ``state.json`` naming the round and its files;
-  ``adapters.safetensors``: the final global adapters.
+  ``adapters.safetensors``: the final global adapters;
+- ``stopped.json``: only for a run that ended before its last round by design (its privacy budget
+  spent, `strategies.privacy`): the last round run and why, so the run counts as finished.
 
 The checkpoint is atomic as a set: a round's adapter files get new names, ``state.json`` is
 replaced (``os.replace``) only once they are all written, and the previous round's files are
@@ -38,6 +41,7 @@ from strategies.records import State
 
 CHECKPOINT = "checkpoint"
 STATE_FILE = "state.json"
+STOPPED_FILE = "stopped.json"
 MB = 1e6
 
 
@@ -69,6 +73,7 @@ class Recorder:
         self.num_rounds = num_rounds
         self.layer_names = layer_names
         self.history: list[dict] = []
+        self.first_round = first_round
         run_dir.mkdir(parents=True, exist_ok=True)
         (run_dir / CHECKPOINT).mkdir(exist_ok=True)
         self._round_start = time.perf_counter()
@@ -105,6 +110,8 @@ class Recorder:
             "rejected": log.rejected,
             "failures": len(log.rejected),
         }
+        if log.epsilon is not None:
+            summary["epsilon"] = log.epsilon
         self._append("clients.jsonl", rows)
         self._append("rounds.jsonl", [summary])
         if log.assignment is not None:
@@ -142,7 +149,8 @@ class Recorder:
         return (f"round {summary['round']}/{self.num_rounds} | "
                 f"{'acc' if 'accuracy' in ev else 'f1'} {score:.4f} | "
                 f"loss {ev.get('loss', float('nan')):.4f} | {summary['seconds']:.1f} s | "
-                f"up {summary['bytes-up'] / MB:.2f} MB | rejected {summary['failures']}")
+                f"up {summary['bytes-up'] / MB:.2f} MB | rejected {summary['failures']}"
+                + (f" | ε {summary['epsilon']:.3g}" if "epsilon" in summary else ""))
 
     def checkpoint(self, server_round: int, global_state: State, personal: dict[int, State]
                    ) -> None:
@@ -162,8 +170,13 @@ class Recorder:
             if path.name not in keep:
                 path.unlink(missing_ok=True)
 
-    def finish(self, global_state: State) -> None:
+    def finish(self, global_state: State, stopped: str | None = None) -> None:
+        """The final adapters, and ``stopped.json`` when the run ended early by design (module doc)."""
         _save_state(self.run_dir / "adapters.safetensors", global_state)
+        if stopped is not None:
+            last = self.history[-1]["round"] if self.history else self.first_round - 1
+            text = json.dumps({"after-round": last, "reason": stopped})
+            _atomic_write(self.run_dir / STOPPED_FILE, lambda tmp: tmp.write_text(text))
         if self.bar is not None:
             self.bar.close()
 

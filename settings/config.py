@@ -232,6 +232,9 @@ class RunConfig:
         if len(set(sizes)) > 1 and self.adapter != "pq-lora":
             raise ConfigError(f"model-sizes = {self.model_sizes!r} mixes sizes, which only adapter = "
                               f"'pq-lora' can share (got {self.adapter!r})")
+        if self.privacy.mode == "client" and self.method.client_dp_refusal:
+            raise ConfigError(f"dp = 'client' does not work with aggregation = {self.aggregation!r}: "
+                              f"{self.method.client_dp_refusal}")
         if self.group_conflict != "none" and not self.groups:
             raise ConfigError(f"group-conflict = {self.group_conflict!r} needs client-groups, one group id "
                               "per partition id, e.g. client-groups = '0,0,1,1'")

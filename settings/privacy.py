@@ -3,10 +3,11 @@
 ``dp = "sample"``: DP-SGD on each client (one training example is the unit; Opacus), its noise set
 from ``dp-epsilon``/``dp-delta`` over the planned rounds × local steps. ``dp = "client"``: DP-FedAvg
 (a whole site is the unit): each client clips its update to ``dp-clip``, the server adds Gaussian noise
-of standard deviation ``dp-noise`` × ``dp-clip`` to each array's sum, and the run stops before a round
-whose ε would pass ``dp-max-epsilon``. A privacy setting is not a method: it pairs with every
-selection rule and aggregation that can honour it, so it has its own settings class beside the
-methods' (`RunConfig.owners`)."""
+of standard deviation z × ``dp-clip`` to each array's sum, z = ``dp-noise`` or, when that is 0, the z
+whose planned rounds spend ``dp-epsilon``; the run stops before a round whose ε would pass
+``dp-max-epsilon`` (0: ``dp-epsilon``), see `strategies.privacy`. A privacy setting is not a method:
+it pairs with every selection rule and aggregation that can honour it, so it has its own settings
+class beside the methods' (`RunConfig.owners`)."""
 
 from __future__ import annotations
 
@@ -20,13 +21,14 @@ MODES = ("none", "sample", "client")
 @dataclass(frozen=True)
 class PrivacySettings(MethodSettings):
     """The ``dp-*`` keys. ``dp-delta = 0`` means δ = 1/(10 n), n the protected units (a client's
-    examples for ``sample``, the sites for ``client``); ``dp-max-epsilon = 0`` means no cap."""
+    examples for ``sample``, the sites for ``client``); ``dp-noise = 0`` means z from ``dp-epsilon`` and
+``dp-max-epsilon = 0`` means the cap is ``dp-epsilon`` (``client``)."""
 
     mode: str = setting("none", "dp", choices=MODES)
     epsilon: float = setting(8.0, "dp-epsilon", low=0.0, strict_low=True)
     delta: float = setting(0.0, "dp-delta", low=0.0, high=1.0)
     clip: float = setting(1.0, "dp-clip", low=0.0, strict_low=True)
-    noise: float = setting(1.0, "dp-noise", low=0.0, strict_low=True)
+    noise: float = setting(0.0, "dp-noise", low=0.0)
     max_epsilon: float = setting(0.0, "dp-max-epsilon", low=0.0)
 
     @property

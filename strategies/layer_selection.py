@@ -49,6 +49,7 @@ from flwr.serverapp.strategy import Result, Strategy
 
 from metaheuristics import Assignment
 from strategies.aggregation import Aggregator, ClientUpdate, masked_fedavg
+from strategies.privacy import ClientAccountant
 from strategies.records import State, from_record, layer_index, record_bytes, to_record
 from strategies.selection import SelectionRule
 from strategies.validation import (
@@ -110,6 +111,7 @@ class RoundLog:
     exchanges: int = 0  # message exchanges sent in this round (each one phase)
     messages: int = 0  # messages sent in them
     aggregated: bool = False
+    epsilon: float | None = None  # dp = "client": the ε every site has spent after this round
     logged: set[tuple[int, str]] = field(default_factory=set, repr=False)  # shared across rounds
 
     def reject(self, node_id: int, stage: str, reason: str) -> None:
@@ -149,7 +151,9 @@ class LayerSelectionStrategy(Strategy):
     learning rate), ``common_config`` with every message; ``lr_schedule(round)`` gives the
     round's learning rate. ``aggregator`` is the
     replaceable aggregation step; it may return per-client global models, which are then sent to
-    those clients instead of the shared one.
+    those clients instead of the shared one. ``accountant`` (``dp = "client"``, the aggregator then
+    made DP-FedAvg by the ServerApp) gives each round's ε and stops the run before a round that
+    would pass its cap.
     """
 
     def __init__(
@@ -167,6 +171,7 @@ class LayerSelectionStrategy(Strategy):
         min_nodes: int = 1,
         seed: int = 0,
         on_round_end: Callable[[RoundLog, State, dict[int, State]], None] | None = None,
+        accountant: ClientAccountant | None = None,
     ) -> None:
         self.rule = rule
         self.num_layers = num_layers
@@ -180,6 +185,8 @@ class LayerSelectionStrategy(Strategy):
         self.min_nodes = min_nodes
         self.seed = seed
         self.on_round_end = on_round_end
+        self.accountant = accountant
+        self.stopped: str | None = None  # why the run ended before its last round (privacy budget)
         self.global_state: State = {}
         self.personal: dict[int, State] = {}
         self.logged: set[tuple[int, str]] = set()  # (node, reason) pairs already logged
@@ -438,7 +445,16 @@ class LayerSelectionStrategy(Strategy):
                 grid, self.fraction_train, start_round, salt=1))
             self.aggregate_evaluate(start_round - 1, self._send(grid, messages, "scoring", self.reject_parts))
         for server_round in range(start_round, num_rounds + 1):
+            if self.accountant is not None and not self.accountant.allows(server_round):
+                self.stopped = (f"Privacy budget spent: round {server_round} would bring ε to "
+                                f"{self.accountant.epsilon(server_round):.3g} > {self.accountant.cap:.3g} "
+                                f"(dp = 'client'), so the run stops after round {server_round - 1}, its "
+                                "results and checkpoint kept")
+                log(WARNING, "%s", self.stopped)
+                break
             self.round_log = self.next_log
+            if self.accountant is not None:
+                self.round_log.epsilon = self.accountant.epsilon(server_round)
             messages = list(self.configure_train(
                 server_round, to_record(self.global_state), ConfigRecord(dict(train_config or {})),
                 grid))

@@ -1,0 +1,76 @@
+"""The ε of a ``dp = "client"`` run (DP-FedAvg, `strategies.aggregation.dp`), accounted with Google's
+dp-accounting (Rényi DP, Mironov 2017; the unit is a whole site, added or removed).
+
+Each round is one Gaussian mechanism with noise multiplier z on the vector of the sent arrays' sums
+(sensitivity ``dp-clip``). Clients are sampled with a fixed fraction (``fraction-train``), not
+Poisson-style, so no sampling amplification is claimed: every site is counted in every round, which
+is what a site that is always sampled spends. The budget settings (`settings.privacy`):
+
+- δ = ``dp-delta``, or 1/(10 n) when it is 0, n the sites connected when round 1 starts; δ ≥ 1/n is
+  refused (a mechanism that may publish one site's update whole would satisfy it);
+- z = ``dp-noise``, or when that is 0 the smallest z whose ``num-server-rounds`` rounds spend at most
+  ``dp-epsilon`` (dp-accounting's `calibrate_dp_mechanism`);
+- the cap = ``dp-max-epsilon``, or ``dp-epsilon`` when that is 0: the run stops before a round whose ε
+  would pass it (`ClientAccountant.allows`), and a cap that round 1 already passes is refused.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from settings import ConfigError
+from settings.privacy import PrivacySettings
+
+
+def run_epsilon(noise: float, rounds: int, delta: float) -> float:
+    """ε after ``rounds`` rounds of the Gaussian mechanism with multiplier ``noise`` at ``delta``."""
+    import dp_accounting  # seconds to import: only where a run or test accounts
+    from dp_accounting import rdp
+
+    accountant = rdp.RdpAccountant()
+    accountant.compose(dp_accounting.GaussianDpEvent(noise), rounds)
+    return float(accountant.get_epsilon(delta))
+
+
+def calibrate_noise(epsilon: float, rounds: int, delta: float) -> float:
+    """The smallest noise multiplier whose ``rounds`` rounds spend at most ``epsilon`` at ``delta``."""
+    import dp_accounting
+    from dp_accounting import rdp
+
+    return float(dp_accounting.calibrate_dp_mechanism(
+        rdp.RdpAccountant,
+        lambda z: dp_accounting.SelfComposedDpEvent(dp_accounting.GaussianDpEvent(z), rounds), epsilon, delta,
+        dp_accounting.LowerEndpointAndGuess(1e-3, 1.0), tol=1e-4))
+
+
+@dataclass(frozen=True)
+class ClientAccountant:
+    """The settled budget of a run: noise multiplier, δ, cap, and ε after each round."""
+
+    noise: float
+    delta: float
+    cap: float
+
+    @classmethod
+    def plan(cls, privacy: PrivacySettings, num_sites: int, num_rounds: int) -> ClientAccountant:
+        """δ, z and the cap from the settings (module doc); ConfigError in one line for a δ of
+        1/n or more and for a cap that round 1 already passes."""
+        delta = privacy.delta or 1 / (10 * num_sites)
+        if delta >= 1 / num_sites:
+            raise ConfigError(f"dp-delta = {privacy.delta!r} must be below 1/n = {1 / num_sites:.4g} "
+                              f"for the {num_sites} sites (0 picks 1/(10 n))")
+        noise = privacy.noise or calibrate_noise(privacy.epsilon, num_rounds, delta)
+        accountant = cls(noise, delta, privacy.max_epsilon or privacy.epsilon)
+        if not accountant.allows(1):
+            key = "dp-max-epsilon" if privacy.max_epsilon else "dp-epsilon"
+            raise ConfigError(f"{key} = {accountant.cap!r} is below the ε = {accountant.epsilon(1):.4g} "
+                              f"that one round with dp-noise = {noise:.4g} spends (δ = {delta:.3g})")
+        return accountant
+
+    def epsilon(self, rounds: int) -> float:
+        """ε spent by every site once ``rounds`` rounds have run."""
+        return run_epsilon(self.noise, rounds, self.delta)
+
+    def allows(self, server_round: int) -> bool:
+        """Does running round ``server_round`` keep ε within the cap?"""
+        return self.epsilon(server_round) <= self.cap
