@@ -4,7 +4,8 @@ Files:
 - ``config.json``: the validated run config, layer names, strategy;
 - ``rounds.jsonl``: one line per round: weighted metrics, phase seconds, bytes, rejections;
 - ``clients.jsonl``: one line per client per round: eigenvalues, scores, budget, mask, bytes
-  down/up, train and evaluation metrics;
+  down/up, train and evaluation metrics (with ``dp = "sample"``: the ε spent, ``dp-epsilon``; a
+  client that sat the round out to stay within it has ``dp-sat-out`` = 1 there);
 - ``fronts.jsonl``: the optimiser's Pareto front and picked solution per round (F3OCUS);
 - ``checkpoint/``: after every round, ``global-<round>.safetensors`` (and
   ``personal-<node>-<round>.safetensors``) and ``state.json`` naming the round and its files;
@@ -100,6 +101,7 @@ class Recorder:
             "bytes-up": sum(log.bytes_up.values()),
             "rejected": log.rejected,
             "failures": len(log.rejected),
+            "sat-out": sorted(log.sat_out),
         }
         self._append("clients.jsonl", rows)
         self._append("rounds.jsonl", [summary])
@@ -127,7 +129,7 @@ class Recorder:
             "mask": np.flatnonzero(mask).tolist() if mask is not None else None,
             "bytes-down": log.bytes_down.get(node, 0),
             "bytes-up": log.bytes_up.get(node, 0),
-            "train": log.train_metrics.get(node),
+            "train": log.train_metrics.get(node, log.sat_out.get(node)),
             "evaluate": log.eval_metrics.get(node),
         }
 
