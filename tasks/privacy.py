@@ -170,6 +170,7 @@ def empty_step(optimizer: torch.optim.Optimizer) -> None:
     """A DP-SGD step on an empty Poisson batch: zero per-sample gradients, so the step is pure noise
     (as Opacus's ``DPDataLoader`` gives for an empty batch); skipping it would reveal that the batch
     was empty, which the accounting does not cover."""
+    optimizer.zero_grad(set_to_none=True)
     for p in optimizer.params:
         p.grad_sample = torch.zeros((0, *p.shape), dtype=p.dtype, device=p.device)
     optimizer.step()
