@@ -32,11 +32,11 @@ from functools import lru_cache
 from typing import TYPE_CHECKING
 
 import numpy as np
-import torch
-from torch import nn
 
-if TYPE_CHECKING:
+if TYPE_CHECKING:  # torch and Opacus load where training starts: a site's ClientApp process stays light
+    import torch
     from opacus.grad_sample import GradSampleHooks
+    from torch import nn
 
 HISTORY_COLUMNS = ("noise-multiplier", "sample-rate", "steps")
 """The columns of a client's DP-SGD history (one row per round it trained), what the accountant composes."""
@@ -127,6 +127,7 @@ def _contiguous_conv_samples() -> None:
     test (tests/tasks/test_privacy.py) found it on the default model's image LoRA."""
     from opacus.grad_sample import register_grad_sampler
     from opacus.grad_sample.conv import compute_conv_grad_sample
+    from torch import nn
 
     @register_grad_sampler(nn.Conv2d)
     def contiguous_conv(layer: nn.Conv2d, activations: list[torch.Tensor], backprops: torch.Tensor
@@ -170,6 +171,8 @@ def empty_step(optimizer: torch.optim.Optimizer) -> None:
     """A DP-SGD step on an empty Poisson batch: zero per-sample gradients, so the step is pure noise
     (as Opacus's ``DPDataLoader`` gives for an empty batch); skipping it would reveal that the batch
     was empty, which the accounting does not cover."""
+    import torch
+
     optimizer.zero_grad(set_to_none=True)
     for p in optimizer.params:
         p.grad_sample = torch.zeros((0, *p.shape), dtype=p.dtype, device=p.device)
