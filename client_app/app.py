@@ -15,6 +15,7 @@ from flwr.clientapp import ClientApp
 import tasks
 from client_app.hooks import TrainStep, client_hook
 from client_app.personal import save_personal
+from client_app.privacy import SampleBudget, check_delta
 from client_app.replies import check_mask, error_replies
 from client_app.runtime import ClientSetup, client_setup, load_global, reported_budget, resolve_budget
 from client_app.worker import site_mod
@@ -46,6 +47,12 @@ def train(msg: Message, context: Context) -> Message:
     layers = check_mask(config["mask"], num_layers, budget, heads_only=not rule.trains_adapter)
     received = from_record(msg.content["arrays"])
     stored = load_global(setup, context, received, str(config["run-dir"]), before=server_round)
+    steps = int(config["local-steps"])
+    privacy = SampleBudget.of(setup, stored)  # dp = "sample" (client_app.privacy), else None
+    sat_out = privacy.sit_out(steps) if privacy else None
+    if sat_out is not None:  # one more round would pass dp-epsilon: no training, the server records it
+        sat_out.update({"num-examples": len(setup.partition.train), "partition-id": setup.partition_id})
+        return Message(RecordDict({"arrays": to_record({}), "metrics": MetricRecord(sat_out)}), reply_to=msg)
     hook = client_hook(TrainStep(setup, context, received, stored, layers, str(config["run-dir"]),
                                  server_round))
     mask = np.zeros(len(setup.model.layer_names), dtype=bool)
@@ -53,17 +60,20 @@ def train(msg: Message, context: Context) -> Message:
     with hook.training():
         metrics = tasks.train(
             setup.model, setup.partition.train, mask,
-            steps=int(config["local-steps"]), batch_size=int(config["batch-size"]),
+            steps=steps, batch_size=int(config["batch-size"]),
             lr=float(config["lr"]), head_lr=float(config["head-lr"]),
             weight_decay=float(config["weight-decay"]),
             seed=setup.config.seed * 1_000_003 + server_round * 1_009
             + setup.partition_id,
             device=setup.device,
             on_batch=hook.on_batch,
+            privacy=privacy.plan if privacy else None,
         )
     reply = {**metrics, "num-examples": len(setup.partition.train),
              "partition-id": setup.partition_id}
     personal = tasks.get_personal_state(setup.model)
+    if privacy is not None:
+        privacy.record(steps, personal, reply)
     upload, local = hook.finish(tasks.get_layer_state(setup.model, layers), personal, reply)
     if setup.config.privacy.mode == "client":  # DP-FedAvg: the site clips its own update
         from strategies.aggregation.dp import clip_update
@@ -83,6 +93,7 @@ def evaluate(msg: Message, context: Context) -> Message:
     that round, as when scores had a message of their own). Every reply carries the budget,
     example count and Flower version (record "scores"; all-zero eigenvalues when not scored)."""
     setup = client_setup(context)
+    check_delta(setup)  # dp = "sample": a δ this client cannot honour is refused before round 1's training
     config = msg.content["config"]
     server_round, scorer = int(config["server-round"]), str(config["score"])
     reply = RecordDict({RUNTIME: runtime_record()})

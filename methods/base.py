@@ -70,6 +70,11 @@ class MethodSettings:
         """Keywords the method's server step is bound with (none); `config` is the `RunConfig`."""
         return {}
 
+    def extra_release(self) -> str:
+        """What the method does with a client's data beyond training the adapters it sends, which a
+        differential-privacy guarantee of those adapters does not cover ("" = nothing; issue 39)."""
+        return ""
+
 
 @dataclass(frozen=True)
 class Aggregation:

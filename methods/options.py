@@ -33,6 +33,15 @@ class FedPiaSettings(MethodSettings):
         return {"gamma": self.gamma, "integration": self.integration, "align": self.level != "client",
                 "iterations": self.iterations}
 
+    def extra_release(self) -> str:
+        """Client-level PIA aligns and integrates the adapters on local samples outside local
+        training; server-level alignment only post-processes the received adapters."""
+        if not self.client_level:
+            return ""
+        return (f"fedpia-level = {self.level!r}: client-level PIA aligns adapters on {self.samples} local "
+                "samples outside DP-SGD, a use of the data its ε does not cover; use fedpia-level = 'server' "
+                "(server-level alignment post-processes the privatised adapters)")
+
 
 @dataclass(frozen=True)
 class SimaSettings(MethodSettings):
@@ -46,6 +55,11 @@ class SimaSettings(MethodSettings):
 
     def server_keywords(self, config: Any) -> dict[str, object]:
         return {"tau": self.tau}
+
+    def extra_release(self) -> str:
+        """Each client sends its decayed gradient vector (FedMosaic Eq. 4) beside its adapters."""
+        return ("SIMA sends each client's decayed gradient vector of its local data (sima-grad) beside "
+                "its adapters, a release its ε does not cover; use another aggregation")
 
 
 @dataclass(frozen=True)

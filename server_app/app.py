@@ -75,6 +75,13 @@ def plan_run(config: RunConfig) -> RunPlan:
                              lora_rank=config.lora_rank)
     except (ValueError, OSError, KeyError, RuntimeError) as err:
         raise ConfigError(f"model = {config.model!r} cannot be built: {err}") from None
+    if config.privacy.mode == "sample":  # every unit + the head trainable, as apply_adapter leaves it
+        from tasks.privacy import refusal
+
+        why = refusal(model)
+        if why:
+            raise ConfigError(f"adapter = {config.adapter!r} of model = {config.model!r} is not supported "
+                              f"with dp = 'sample': {why}")
     layer_names = list(model.layer_names)
     initial = tasks.get_layer_state(model, range(len(layer_names)))
     del model

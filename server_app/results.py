@@ -7,7 +7,9 @@ Files:
   after it (`strategies.privacy`); round 0 is the initial adapters' evaluation (nothing trained);
 - ``clients.jsonl``: one line per client per round: eigenvalues, scores, budget, mask, bytes
   down/up, train and evaluation metrics (round 0: the initial evaluation and round 1's scores go
-  out in one message, counted in round 0's bytes; the scores are recorded with round 1);
+  out in one message, counted in round 0's bytes; the scores are recorded with round 1; with
+  ``dp = "sample"``: the ε spent, ``dp-epsilon``; a client that sat the round out to stay within it
+  has ``dp-sat-out`` = 1 there);
 - ``fronts.jsonl``: the optimiser's Pareto front and picked solution per round (F3OCUS);
 - ``checkpoint/``: after every trained round, ``global-<round>.safetensors`` (and
   ``personal-<node>-<round>.safetensors``) and ``state.json`` naming the round and its files;
@@ -109,6 +111,7 @@ class Recorder:
             "bytes-up": sum(log.bytes_up.values()),
             "rejected": log.rejected,
             "failures": len(log.rejected),
+            "sat-out": sorted(log.sat_out),
         }
         if log.epsilon is not None:
             summary["epsilon"] = log.epsilon
@@ -139,7 +142,7 @@ class Recorder:
             "mask": np.flatnonzero(mask).tolist() if mask is not None else None,
             "bytes-down": log.bytes_down.get(node, 0),
             "bytes-up": log.bytes_up.get(node, 0),
-            "train": log.train_metrics.get(node),
+            "train": log.train_metrics.get(node, log.sat_out.get(node)),
             "evaluate": log.eval_metrics.get(node),
         }
 

@@ -21,8 +21,9 @@ MODES = ("none", "sample", "client")
 @dataclass(frozen=True)
 class PrivacySettings(MethodSettings):
     """The ``dp-*`` keys. ``dp-delta = 0`` means δ = 1/(10 n), n the protected units (a client's
-    examples for ``sample``, the sites for ``client``); ``dp-noise = 0`` means z from ``dp-epsilon`` and
-``dp-max-epsilon = 0`` means the cap is ``dp-epsilon`` (``client``)."""
+    examples for ``sample``, the sites for ``client``); ``dp-noise = 0`` means z from ``dp-epsilon``,
+    ``dp-max-epsilon = 0`` means the cap is ``dp-epsilon`` (``client``), and ``dp-rounds = 0`` plans the
+    per-sample noise over every round."""
 
     mode: str = setting("none", "dp", choices=MODES)
     epsilon: float = setting(8.0, "dp-epsilon", low=0.0, strict_low=True)
@@ -30,6 +31,10 @@ class PrivacySettings(MethodSettings):
     clip: float = setting(1.0, "dp-clip", low=0.0, strict_low=True)
     noise: float = setting(0.0, "dp-noise", low=0.0)
     max_epsilon: float = setting(0.0, "dp-max-epsilon", low=0.0)
+    rounds: int = setting(0, "dp-rounds", low=0)
+    """``sample``: the rounds each client's noise is planned for (0 = ``num-server-rounds``); a client
+    whose next round would pass ``dp-epsilon`` sits it out, so fewer planned rounds mean less noise
+    per round and a budget spent before the run ends."""
 
     @property
     def enabled(self) -> bool:

@@ -62,6 +62,7 @@ from strategies.validation import (
     check_update,
     unique_by_node,
 )
+from tasks.names import DP_SAT_OUT
 
 log = getLogger("flwr").log  # Flower's logger: its handlers reach the console and `flwr run --stream`
 
@@ -107,6 +108,7 @@ class RoundLog:
     bytes_up: dict[int, int] = field(default_factory=dict)
     train_metrics: dict[int, dict] = field(default_factory=dict)
     eval_metrics: dict[int, dict] = field(default_factory=dict)
+    sat_out: dict[int, dict] = field(default_factory=dict)  # node -> its reply metrics (`sit_out`)
     seconds: dict[str, float] = field(default_factory=lambda: dict.fromkeys(PHASES, 0.0))
     exchanges: int = 0  # message exchanges sent in this round (each one phase)
     messages: int = 0  # messages sent in them
@@ -124,6 +126,14 @@ class RoundLog:
         self.logged.add((node_id, reason))
         log(WARNING, "round %d: %s reply from node %d rejected: %s (shown once per node and reason)",
             self.server_round, stage, node_id, reason)
+
+    def sit_out(self, node_id: int, metrics: dict) -> None:
+        """Record a client that sat the round out to stay within its privacy budget (``dp =
+        "sample"``, `client_app.privacy`); one log line, not a rejection."""
+        self.sat_out[node_id] = metrics
+        log(INFO, "round %d: node %d sits out: one more round would spend ε %.3f, over its dp-epsilon %.3f "
+            "(spent %.3f)", self.server_round, node_id, metrics.get("dp-epsilon-next", float("nan")),
+            metrics.get("dp-budget", float("nan")), metrics.get("dp-epsilon", float("nan")))
 
     def add_bytes(self, direction: dict[int, int], node_id: int, count: int) -> None:
         direction[node_id] = direction.get(node_id, 0) + count
@@ -311,6 +321,9 @@ class LayerSelectionStrategy(Strategy):
             try:
                 if node not in log_.masks:
                     raise Rejected("reply from a node that was not assigned layers this round")
+                if METRICS_KEY in msg.content and msg.content[METRICS_KEY].get(DP_SAT_OUT):
+                    log_.sit_out(node, dict(msg.content[METRICS_KEY]))
+                    continue
                 assigned = [*np.flatnonzero(log_.masks[node]), *shared]
                 report = log_.reports.get(node)
                 update = check_update(msg, self._state_for(node), assigned,

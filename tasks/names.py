@@ -30,6 +30,12 @@ the ones it builds (`tasks.models.registry.ModelEntry.sizes`)."""
 SIMA_VECTOR: str = "sima-grad"
 """Key of a client's SIMA gradient vector in its train reply and its stored state (FedMosaic Eq. 4);
 `strategies.aggregation.sima` reads it under the same name."""
+DP_HISTORY: str = "dp-history"
+"""Personal-state entry of a ``dp = "sample"`` client: one row (σ, q, steps) per round it trained
+(`tasks.privacy.HISTORY_COLUMNS`), kept on the client, from which its ε spent is composed."""
+DP_SAT_OUT: str = "dp-sat-out"
+"""Train-reply metric (1) of a ``dp = "sample"`` client that sits a round out: one more round would
+pass its ``dp-epsilon`` (`client_app.privacy`)."""
 
 
 def parse_name(value: object, names: Iterable[str], kind: str, empty: bool = False) -> tuple[str, str]:

@@ -10,6 +10,10 @@ the federated state; at the paper's lr 1e-4 a random linear head moves too littl
 local steps to fit the client's answers, so it may get its own (larger) learning rate. None uses
 `lr` for everything (the paper's setting).
 
+privacy: with a `tasks.privacy.SamplePlan` (``dp = "sample"``) the same parameters train by
+DP-SGD: Poisson batches of rate q instead of the permutation batches, Opacus's per-example
+gradients of `FederatedVLM.sample_losses`, clipped and noised by its `DPOptimizer` (`tasks.privacy`).
+
 `round_lr` is §C.3's schedule per communication round: linear warm-up over the first
 ceil(warmup_frac · num_rounds) rounds, then linear decay (following [11]'s linear schedule).
 Deviation: HF's step schedule starts warm-up at 0 and ends decay at 0, which would waste the first
@@ -21,6 +25,7 @@ from __future__ import annotations
 
 import math
 from collections.abc import Callable, Sequence
+from contextlib import nullcontext
 from typing import TYPE_CHECKING
 
 import numpy as np
@@ -35,6 +40,7 @@ from tasks.adapters import (
 )
 from tasks.device import resolve_device
 from tasks.models.base import FederatedVLM
+from tasks.privacy import SamplePlan, empty_step, poisson_batches, private_optimizer
 
 if TYPE_CHECKING:
     from tasks.data import Sample
@@ -53,11 +59,12 @@ def train(
     seed: int = 0,
     device: str = "cpu",
     on_batch: Callable[[int, list[Sample]], None] | None = None,
+    privacy: SamplePlan | None = None,
 ) -> dict[str, float]:
     """`steps` AdamW steps on the masked layers + personal params; returns loss statistics.
 
     ``on_batch(step, samples)`` sees every training batch before its step (FedMosaic's SIMA
-    gradient, `tasks.mosaic.sima`)."""
+    gradient, `tasks.mosaic.sima`); ``privacy``: DP-SGD steps (module doc)."""
     if len(samples) == 0:
         raise ValueError("samples is empty: cannot train on zero samples")
     _positive_int("steps", steps)
@@ -81,26 +88,39 @@ def train(
         groups.append({"params": unit, "lr": lr})
     # nothing to train (a generator without adapters to train: no head): the losses, no steps
     optimizer = torch.optim.AdamW(groups, lr=lr, weight_decay=weight_decay) if personal or unit else None
-    order = _batches(len(samples), steps, batch_size, seed)
+    if privacy is None:
+        order = _batches(len(samples), steps, batch_size, seed)
+        private = nullcontext(optimizer)
+    else:
+        order = poisson_batches(len(samples), steps, privacy.sample_rate, np.random.default_rng(seed))
+        private = private_optimizer(model, optimizer, privacy, len(samples)) if optimizer else nullcontext()
     losses = []
     model.train()
     cuda = [model.device.index or 0] if model.device.type == "cuda" else []
-    with torch.random.fork_rng(devices=cuda):
-        torch.manual_seed(seed)  # dropout masks; the caller's RNG state is restored afterwards
+    with torch.random.fork_rng(devices=cuda), private as optimizer:
+        torch.manual_seed(seed)  # dropout masks, DP noise; the caller's RNG state is restored afterwards
         for step, idx in enumerate(order):
+            if len(idx) == 0:  # an empty Poisson batch (privacy only): a step of noise alone
+                if optimizer is not None:
+                    empty_step(optimizer)
+                continue
             chosen_samples = [samples[i] for i in idx]
             if on_batch is not None:
                 on_batch(step, chosen_samples)
             batch = model.collate(chosen_samples)
             batch = {k: v.to(model.device) for k, v in batch.items()}
             with torch.set_grad_enabled(optimizer is not None):
-                loss = model.loss(model(batch), batch["labels"])
+                out = model(batch)
+                loss = (model.loss(out, batch["labels"]) if privacy is None
+                        else model.sample_losses(out, batch["labels"]).mean())
             if optimizer is not None:
                 optimizer.zero_grad(set_to_none=True)
                 loss.backward()
                 optimizer.step()
             losses.append(loss.item())
     model.eval()
+    if not losses:  # every Poisson batch was empty
+        losses = [float("nan")]
     return {
         "train_loss": float(np.mean(losses)),
         "train_loss_first": losses[0],

@@ -125,6 +125,13 @@ class FederatedVLM(nn.Module):
         """Logits (B, num_outputs)."""
         return self.forward_embedded(self.embed(batch))
 
+    def sample_losses(self, logits: torch.Tensor, labels: torch.Tensor) -> torch.Tensor:
+        """(B,): each example's own loss, which no other example of the batch changes (DP-SGD's
+        per-example gradients, `tasks.privacy`); `loss` is their mean."""
+        if self.task == "vqa":
+            return F.cross_entropy(logits, labels, reduction="none")
+        return F.binary_cross_entropy_with_logits(logits, labels.to(logits.dtype), reduction="none").mean(1)
+
     def loss(self, logits: torch.Tensor, labels: torch.Tensor) -> torch.Tensor:
         """Cross-entropy (vqa) or BCE-with-logits (multilabel), mean over the batch."""
         if self.task == "vqa":

@@ -255,6 +255,15 @@ class GenerativeVLM(FederatedVLM):
         return F.cross_entropy(logits[:, :-1].flatten(0, 1).float(), labels[:, 1:].flatten(),
                                ignore_index=IGNORE)
 
+    def sample_losses(self, logits: torch.Tensor, labels: torch.Tensor) -> torch.Tensor:
+        """(B,): each example's mean cross-entropy over its own answer tokens. `loss` averages over
+        all answer tokens of the batch, which weights an example by its share of the batch's
+        tokens, so the per-example gradients of DP-SGD (`tasks.privacy`) use this instead."""
+        token = F.cross_entropy(logits[:, :-1].transpose(1, 2).float(), labels[:, 1:], ignore_index=IGNORE,
+                                reduction="none")
+        counted = (labels[:, 1:] != IGNORE).sum(1).clamp(min=1)
+        return token.sum(1) / counted
+
     def features(self, emb: dict[str, torch.Tensor]) -> torch.Tensor:
         """(B, d): the last hidden state at the position that predicts the answer's first token
         (FedMosaic's last-layer features, `tasks.mosaic.sima`)."""

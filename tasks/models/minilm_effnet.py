@@ -42,6 +42,20 @@ if TYPE_CHECKING:
 MAX_TEXT_TOKENS = 64
 
 
+class Positions(nn.Module):
+    """Learned position embeddings of the visual tokens, added to them. A module rather than a bare
+    parameter of the model: Opacus computes per-example gradients module by module, and a parameter
+    held by the whole model would make it differentiate the whole forward pass per example
+    (dp = "sample", `tasks.privacy`)."""
+
+    def __init__(self, tokens: int, width: int) -> None:
+        super().__init__()
+        self.weight = nn.Parameter(torch.randn(tokens, width) * 0.02)
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        return x + self.weight
+
+
 class MiniLMEffNet(FederatedVLM):
     """EfficientNet-Lite0 visual tokens + MiniLM-L6 single-stream transformer (see module doc)."""
 
@@ -59,7 +73,7 @@ class MiniLMEffNet(FederatedVLM):
         self.num_visual_tokens = grid * grid
         width = text.config.hidden_size
         self.visual_proj = nn.Linear(self.image._conv_head.out_channels, width)
-        self.visual_pos = nn.Parameter(torch.randn(self.num_visual_tokens, width) * 0.02)
+        self.visual_pos = Positions(self.num_visual_tokens, width)
         self.personal_prefixes = ("head", "visual_proj", "visual_pos")
         for s, blocks in enumerate(stage_indices(self.image)):
             self.layer_names.append(f"image.stage{s}")
@@ -93,7 +107,7 @@ class MiniLMEffNet(FederatedVLM):
         for block in net._blocks:
             x = block(x)
         x = net._swish(net._bn1(net._conv_head(x)))
-        visual = self.visual_proj(x.flatten(2).transpose(1, 2)) + self.visual_pos
+        visual = self.visual_pos(self.visual_proj(x.flatten(2).transpose(1, 2)))
         words = emb["words"]
         n_vis, n_txt = visual.shape[1], words.shape[1]
         seq = torch.cat([words[:, :1], visual, words[:, 1:]], dim=1)

@@ -1,0 +1,195 @@
+"""Per-sample differential privacy of local training (``dp = "sample"``, issue 39 item 1), with Opacus.
+
+DP-SGD (Abadi et al. 2016, Algorithm 1): every step draws a Poisson batch (each of the client's n
+examples independently with probability q = batch-size / n), computes each example's gradient of
+every parameter the step trains (the masked layers' adapters AND the personal head / projection:
+the head's state shapes the adapters it trains with, so a non-private head would leak through the
+released adapters), clips each example's whole gradient to L2 norm ``dp-clip``, sums, adds Gaussian
+noise of standard deviation σ · ``dp-clip`` and divides by the expected batch q·n. Opacus does the
+per-sample gradients (`GradSampleHooks`, attached to the model in place, removed after training)
+and the clip, noise and scaling (`DPOptimizer`); the Poisson batches are drawn here
+(`poisson_batches`) because the project's samples are collated by the model, not by a DataLoader,
+and an empty batch still takes a noised step (zero per-sample gradients), as Opacus's
+``DPDataLoader`` does, so the accounting's Poisson assumption holds.
+
+σ comes from Opacus's RDP accountant (`get_noise_multiplier`, Mironov 2017 with the sampled-Gaussian
+bound of Mironov et al. 2019) for the target (ε, δ) over the planned steps = rounds × local steps at
+rate q; the ε spent is the same accountant over the steps actually taken (`epsilon_spent`), so a
+client that trained fewer rounds than planned has spent less. δ = 0 means 1/(10 n).
+
+Not covered: Opacus's ``secure_mode`` (a cryptographically safe noise source, torchcsprng) is off,
+as in Opacus's default; the noise comes from torch's seeded generator so runs repeat. The release
+is the client's adapters after its local steps; the server's layer assignment, the budget and the
+example count the client reports are not privatised here.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterator, Sequence
+from contextlib import contextmanager
+from dataclasses import dataclass
+from functools import lru_cache
+from typing import TYPE_CHECKING
+
+import numpy as np
+
+if TYPE_CHECKING:  # torch and Opacus load where training starts: a site's ClientApp process stays light
+    import torch
+    from opacus.grad_sample import GradSampleHooks
+    from torch import nn
+
+HISTORY_COLUMNS = ("noise-multiplier", "sample-rate", "steps")
+"""The columns of a client's DP-SGD history (one row per round it trained), what the accountant composes."""
+
+
+def resolve_delta(delta: float, n: int) -> float:
+    """δ of a client with n training examples: ``dp-delta``, or 1/(10 n) for 0; ValueError for δ ≥ 1/n
+    (a δ that large allows releasing one example outright)."""
+    if n < 1:
+        raise ValueError(f"dp = 'sample' needs training examples, got n = {n}")
+    if delta == 0:
+        return 1.0 / (10 * n)
+    if delta >= 1.0 / n:
+        raise ValueError(f"dp-delta = {delta!r} is not below 1/n = {1.0 / n:.3g} (n = {n} training "
+                         "examples on this client): such a δ permits leaking one example; use 0 for 1/(10 n)")
+    return float(delta)
+
+
+@dataclass(frozen=True)
+class SamplePlan:
+    """A client's DP-SGD plan: σ (noise multiplier), clip C, Poisson rate q, its δ and target ε."""
+
+    noise_multiplier: float
+    clip: float
+    sample_rate: float
+    delta: float
+    epsilon: float
+
+    def expected_batch(self, n: int) -> int:
+        """q · n, the divisor of the noised sum (Opacus's ``expected_batch_size``)."""
+        return max(1, round(self.sample_rate * n))
+
+
+@lru_cache(maxsize=64)
+def plan(epsilon: float, delta: float, clip: float, n: int, batch_size: int, steps: int) -> SamplePlan:
+    """σ for (ε, δ) after ``steps`` DP-SGD steps at q = min(1, batch_size / n) (Opacus, RDP)."""
+    from opacus.accountants.utils import get_noise_multiplier
+
+    delta = resolve_delta(delta, n)
+    q = min(1.0, batch_size / n)
+    sigma = get_noise_multiplier(target_epsilon=epsilon, target_delta=delta, sample_rate=q, steps=steps,
+                                 accountant="rdp")
+    return SamplePlan(float(sigma), float(clip), q, delta, float(epsilon))
+
+
+def epsilon_spent(history: np.ndarray, delta: float) -> float:
+    """ε after the DP-SGD steps of ``history`` (rows σ, q, steps; `HISTORY_COLUMNS`), composed by
+    Opacus's RDP accountant at δ; 0 for no steps."""
+    from opacus.accountants import RDPAccountant
+
+    rows = [(float(s), float(q), int(k)) for s, q, k in np.asarray(history, dtype=np.float64).reshape(-1, 3)
+            if k > 0]
+    if not rows:
+        return 0.0
+    accountant = RDPAccountant()
+    accountant.history = rows
+    return float(accountant.get_epsilon(delta))
+
+
+def poisson_batches(n: int, steps: int, rate: float, rng: np.random.Generator) -> list[np.ndarray]:
+    """``steps`` index batches, each example in each independently with probability ``rate``."""
+    return [np.flatnonzero(rng.random(n) < rate) for _ in range(steps)]
+
+
+def refusal(model: nn.Module) -> str:
+    """Why Opacus cannot privatise ``model`` as it is trained (every parameter that requires grad),
+    or "" if it can: Opacus's own check (`GradSampleModule.validate`) refuses a trainable module
+    with buffers, e.g. minilm-effnet's BatchNorm under adapter = "layer"."""
+    from opacus.grad_sample import GradSampleModule
+
+    errors = GradSampleModule.validate(model, strict=False)
+    if not errors:
+        return ""
+    bad = [name for name, m in model.named_modules()
+           if any(p.requires_grad for p in m.parameters(recurse=False)) and any(True for _ in m.buffers())]
+    return (f"Opacus computes no per-example gradient for a trainable module with buffers, such as "
+            f"{bad[0] if bad else 'the model'} ({len(bad)} of them here; BatchNorm: its statistics can mix "
+            "the examples of a batch)")
+
+
+@lru_cache(maxsize=1)
+def _contiguous_conv_samples() -> None:
+    """Register (Opacus's `register_grad_sampler`) its own Conv2d per-example gradient on a contiguous
+    copy of the activations. Opacus 1.6's (`opacus.grad_sample.conv`, via ``unfold2d``) reads them
+    with ``as_strided`` strides that assume a contiguous NCHW layout, so a channels-last activation
+    (what a conv gives for images made from (H, W, 3) arrays, e.g. minilm-effnet's EfficientNet)
+    silently yields wrong LoRA gradients, the trap of opacus issue 820 by another route; the oracle
+    test (tests/tasks/test_privacy.py) found it on the default model's image LoRA."""
+    from opacus.grad_sample import register_grad_sampler
+    from opacus.grad_sample.conv import compute_conv_grad_sample
+    from torch import nn
+
+    @register_grad_sampler(nn.Conv2d)
+    def contiguous_conv(layer: nn.Conv2d, activations: list[torch.Tensor], backprops: torch.Tensor
+                        ) -> dict[nn.Parameter, torch.Tensor]:
+        return compute_conv_grad_sample(layer, [a.contiguous() for a in activations], backprops.contiguous())
+
+
+def _hooks(model: nn.Module) -> GradSampleHooks:
+    """Opacus's per-example gradient hooks on ``model`` in place (mean loss, batch first)."""
+    from opacus.grad_sample import GradSampleHooks
+
+    _contiguous_conv_samples()
+    return GradSampleHooks(model, batch_first=True, loss_reduction="mean", strict=True)
+
+
+@contextmanager
+def private_optimizer(model: nn.Module, optimizer: torch.optim.Optimizer, dp: SamplePlan, n: int
+                      ) -> Iterator[torch.optim.Optimizer]:
+    """``optimizer`` made DP-SGD for the parameters of ``model`` that require grad: Opacus's
+    per-sample gradient hooks on the model, its `DPOptimizer` (clip, noise, divide by q·n) around
+    ``optimizer``; the hooks and Opacus's attributes are removed on exit (the model is reused)."""
+    from opacus.optimizers import DPOptimizer
+
+    reason = refusal(model)
+    if reason:
+        raise ValueError(f"dp = 'sample': {reason}")
+    hooks = _hooks(model)
+    private = DPOptimizer(optimizer, noise_multiplier=dp.noise_multiplier, max_grad_norm=dp.clip,
+                          expected_batch_size=dp.expected_batch(n), loss_reduction="mean")
+    try:
+        yield private
+    finally:
+        private.zero_grad(set_to_none=True)
+        hooks.cleanup()
+        for p in private.params:
+            if hasattr(p, "summed_grad"):
+                del p.summed_grad
+
+
+def empty_step(optimizer: torch.optim.Optimizer) -> None:
+    """A DP-SGD step on an empty Poisson batch: zero per-sample gradients, so the step is pure noise
+    (as Opacus's ``DPDataLoader`` gives for an empty batch); skipping it would reveal that the batch
+    was empty, which the accounting does not cover."""
+    import torch
+
+    optimizer.zero_grad(set_to_none=True)
+    for p in optimizer.params:
+        p.grad_sample = torch.zeros((0, *p.shape), dtype=p.dtype, device=p.device)
+    optimizer.step()
+
+
+def per_sample_gradients(model: nn.Module, batch: dict[str, torch.Tensor], names: Sequence[str]
+                         ) -> dict[str, torch.Tensor]:
+    """Opacus's per-example gradients (B, *shape) of the parameters ``names`` for the mean of the
+    model's per-example losses on ``batch`` (`FederatedVLM.sample_losses`), no clip, no noise: what
+    the oracle tests compare with per-example backward passes (opacus issue 820)."""
+    hooks = _hooks(model)
+    try:
+        model.zero_grad(set_to_none=True)
+        model.sample_losses(model(batch), batch["labels"]).mean().backward()
+        params = dict(model.named_parameters())
+        return {name: params[name].grad_sample.detach().clone() for name in names}
+    finally:
+        hooks.cleanup()
+        model.zero_grad(set_to_none=True)

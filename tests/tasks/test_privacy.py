@@ -1,0 +1,252 @@
+"""dp = "sample" (issue 39 items 1 and 5): Opacus's per-example gradients against per-example
+backward passes by hand (the opacus issue 820 trap), the ε recorded against independent
+accountants, the noise-only step of an empty Poisson batch, and the refusals before round 1."""
+
+from __future__ import annotations
+
+import contextlib
+import io
+import json
+import math
+
+import numpy as np
+import pytest
+import torch
+from torch import nn
+
+import run_simulation
+import tasks
+from client_app.privacy import SampleBudget
+from settings import ConfigError, RunConfig, default_config
+from tasks.adapters import freeze_except, personal_parameter_names
+from tasks.names import DP_HISTORY, DP_SAT_OUT
+from tasks.privacy import (
+    SamplePlan,
+    epsilon_spent,
+    per_sample_gradients,
+    plan,
+    poisson_batches,
+    private_optimizer,
+    refusal,
+    resolve_delta,
+)
+from tests.helpers.inprocess import Simulator
+
+
+def _prepared(name: str, layers: list[int]) -> tuple[tasks.FederatedVLM, list]:
+    """``name`` with ``layers`` and its head trainable, no dropout (so a batch and its examples run
+    the same function), every LoRA B drawn at random (at its zero init, A has no gradient)."""
+    partition = tasks.load_partition("synthetic", 0, 1, "iid", seed=0, max_train=8, max_test=2)
+    model = tasks.build_model(tasks.ModelSpec(name, seed=0), len(partition.labels))
+    model.answers = tuple(partition.labels)
+    mask = np.zeros(len(model.layer_names), dtype=bool)
+    mask[layers] = True
+    freeze_except(model, mask)
+    model.train()
+    generator = torch.Generator().manual_seed(0)
+    for module in model.modules():
+        if isinstance(module, nn.Dropout):
+            module.p = 0.0
+    with torch.no_grad():
+        for pname, param in model.named_parameters():
+            if "lora_B" in pname and param.requires_grad:
+                param.copy_(torch.randn(param.shape, generator=generator) * 0.05)
+    return model, partition.train
+
+
+@pytest.mark.parametrize(("name", "layers"), [
+    ("minilm-effnet", [0, 1, 12]),  # the default: EfficientNet stages (conv LoRA), a MiniLM block, head
+    ("tiny-llava", [0, 1]),  # a generator: its language blocks and projector
+])
+def test_opacus_per_example_gradients_equal_per_example_backward_passes(name, layers):
+    model, samples = _prepared(name, layers)
+    names = [n for n, p in model.named_parameters() if p.requires_grad]
+    assert any(".lora_A." in n for n in names) and any(".lora_B." in n for n in names)
+    batch = model.collate(samples[:2])
+    opacus = per_sample_gradients(model, batch, names)
+    params = dict(model.named_parameters())
+    for i in range(2):
+        model.zero_grad(set_to_none=True)
+        one = model.collate(samples[i:i + 1])
+        model.sample_losses(model(one), one["labels"]).sum().backward()
+        scale = max(float(params[n].grad.abs().max()) for n in names)
+        assert scale > 1e-4  # the oracle compares real gradients, not zeros
+        for n in names:
+            assert torch.allclose(opacus[n][i], params[n].grad, atol=1e-4 * scale, rtol=0), \
+                f"example {i}: Opacus's per-example gradient of {n} differs from its own backward pass"
+    assert not any(hasattr(p, "grad_sample") for p in model.parameters())  # hooks removed
+
+
+def test_a_generators_example_loss_is_its_own_mean_over_its_answer_tokens():
+    model, samples = _prepared("tiny-llava", [0])
+    batch = model.collate(samples[:3])
+    together = model.sample_losses(model(batch), batch["labels"])
+    for i in range(3):
+        one = model.collate(samples[i:i + 1])
+        alone = model.loss(model(one), one["labels"])
+        assert float(together[i]) == pytest.approx(float(alone), rel=1e-5)
+
+
+def _gaussian_epsilon(sigma: float, steps: int, delta: float) -> float:
+    """ε of ``steps`` Gaussian mechanisms (q = 1) by hand: RDP α·steps/(2σ²) (Mironov 2017, Prop. 7)
+    converted at δ as Opacus does (Balle et al. 2020, Thm. 21), over Opacus's orders."""
+    orders = [1 + x / 10.0 for x in range(1, 100)] + list(range(12, 64))
+    return min(steps * a / (2 * sigma**2) + math.log((a - 1) / a) - (math.log(delta) + math.log(a)) / (a - 1)
+               for a in orders)
+
+
+def test_epsilon_spent_equals_the_gaussian_rdp_formula_without_sampling():
+    history = np.array([[1.5, 1.0, 4], [1.5, 1.0, 6]])
+    assert epsilon_spent(history, 1e-3) == pytest.approx(_gaussian_epsilon(1.5, 10, 1e-3), rel=1e-9)
+
+
+@pytest.mark.parametrize(("sigma", "q", "steps", "delta"), [(1.3, 0.1, 40, 7e-4), (0.8, 0.05, 200, 1e-5)])
+def test_epsilon_spent_agrees_with_googles_dp_accounting(sigma, q, steps, delta):
+    import dp_accounting
+    from dp_accounting import rdp
+
+    accountant = rdp.RdpAccountant()
+    accountant.compose(dp_accounting.PoissonSampledDpEvent(q, dp_accounting.GaussianDpEvent(sigma)), steps)
+    assert epsilon_spent(np.array([[sigma, q, steps]]), delta) == pytest.approx(
+        accountant.get_epsilon(delta), rel=0.01)
+
+
+def test_the_plans_noise_spends_the_target_epsilon_over_the_planned_steps():
+    target = plan(3.0, 0.0, 1.0, 150, 16, 60)
+    assert target.delta == pytest.approx(1 / 1500) and target.sample_rate == pytest.approx(16 / 150)
+    spent = epsilon_spent(np.array([[target.noise_multiplier, target.sample_rate, 60]]), target.delta)
+    assert 2.95 <= spent <= 3.0  # Opacus's search stops within its tolerance, never above
+    more = epsilon_spent(np.array([[target.noise_multiplier, target.sample_rate, 80]]), target.delta)
+    assert more > 3.0
+
+
+def test_a_delta_of_1_over_n_or_more_is_refused_in_one_line():
+    assert resolve_delta(0.0, 40) == pytest.approx(1 / 400)
+    with pytest.raises(ValueError, match=r"^dp-delta = 0.025 is not below 1/n = 0.025 \(n = 40 training"):
+        resolve_delta(0.025, 40)
+
+
+def test_poisson_batches_draw_each_example_with_the_sampling_rate():
+    batches = poisson_batches(200, 400, 0.1, np.random.default_rng(0))
+    sizes = np.array([len(b) for b in batches])
+    assert abs(sizes.mean() - 20) < 4 * math.sqrt(200 * 0.1 * 0.9 / 400)  # 4 standard errors
+    assert sizes.std() == pytest.approx(math.sqrt(200 * 0.1 * 0.9), rel=0.15)  # binomial, not fixed
+
+
+@pytest.mark.parametrize(("sigma", "moves"), [(0.0, False), (1.0, True)])
+def test_an_empty_poisson_batch_takes_a_step_of_noise_alone(sigma, moves):
+    model = tasks.build_model(tasks.ModelSpec("tiny-vilt", seed=0), 3)
+    mask = np.zeros(len(model.layer_names), dtype=bool)
+    mask[0] = True
+    samples = tasks.load_partition("synthetic", 0, 1, "iid", seed=0, max_train=6, max_test=2).train
+    before = {n: p.detach().clone() for n, p in model.named_parameters()}
+    dp = SamplePlan(noise_multiplier=sigma, clip=1.0, sample_rate=1e-9, delta=1e-3, epsilon=1.0)  # q -> 0
+    tasks.train(model, samples, mask, steps=2, batch_size=1, lr=1e-2, weight_decay=0.0, privacy=dp)
+    changed = {n for n, p in model.named_parameters() if not torch.equal(p, before[n])}
+    assert bool(changed) is moves
+    trainable = set(tasks.layer_parameter_names(model, 0)) | set(personal_parameter_names(model))
+    assert changed <= trainable  # only what the client trains, as without privacy
+
+
+def test_private_training_clips_each_example_and_leaves_no_opacus_state_behind():
+    partition = tasks.load_partition("synthetic", 0, 1, "iid", seed=0, max_train=6, max_test=2)
+    model = tasks.build_model(tasks.ModelSpec("tiny-vilt", seed=0), len(partition.labels))
+    freeze_except(model, np.array([True, False, False, False]))
+    optimizer = torch.optim.SGD([p for p in model.parameters() if p.requires_grad], lr=1.0)
+    batch = model.collate(partition.train)
+    dp = SamplePlan(noise_multiplier=0.0, clip=1e-3, sample_rate=1.0, delta=1e-3, epsilon=1.0)
+    with private_optimizer(model, optimizer, dp, n=6) as private:
+        model.train()
+        model.sample_losses(model(batch), batch["labels"]).mean().backward()
+        per_param = [p.grad_sample.flatten(1).norm(dim=1) for p in private.params]
+        example_norms = torch.stack(per_param).norm(dim=0)
+        private.pre_step()
+        norm = torch.cat([p.grad.flatten() for p in private.params]).norm()
+    assert float(example_norms.min()) > 1e-2  # every example is clipped
+    assert float(norm) <= 1e-3 * 6 / 6 + 1e-9  # the sum of 6 examples clipped to 1e-3 / expected batch 6
+    assert not any(hasattr(p, "grad_sample") or hasattr(p, "summed_grad") for p in model.parameters())
+    assert not any(m._forward_hooks or m._backward_hooks for m in model.modules())
+
+
+def _config(**values) -> RunConfig:
+    return RunConfig.from_mapping({**default_config(), "dp": "sample", **values})
+
+
+@pytest.mark.parametrize(("values", "message"), [
+    ({"aggregation": "sima"}, r"^dp = 'sample' does not cover aggregation = 'sima': SIMA sends each"),
+    ({"aggregation": "fedpia"}, r"^dp = 'sample' does not cover aggregation = 'fedpia': fedpia-level"),
+    ({"aggregation": "fedpia", "fedpia-level": "client"}, r"fedpia-level = 'client': client-level PIA"),
+    ({"adapter": "pq-lora"}, r"^adapter = 'pq-lora' is not supported with dp = 'sample': Opacus has no"),
+    ({"model": "tiny-llava", "gradient-checkpointing": True},
+     r"^gradient-checkpointing = true is not supported with dp = 'sample'"),
+    ({"quantization": "4bit"}, r"^quantization = '4bit' is not supported with dp = 'sample'"),
+])
+def test_what_per_sample_dp_cannot_cover_is_refused_in_one_line(values, message):
+    with pytest.raises(ConfigError, match=message):
+        _config(**values)
+
+
+def test_server_level_fedpia_is_post_processing_and_allowed():
+    assert _config(aggregation="fedpia", **{"fedpia-level": "server"}).privacy.mode == "sample"
+
+
+def test_gradient_checkpointing_really_leaves_opacus_without_per_example_gradients():
+    model, samples = _prepared("tiny-llava", [0])
+    model.backbone.gradient_checkpointing_enable()
+    names = [n for n, p in model.named_parameters() if p.requires_grad and ".lora_" in n]
+    with pytest.raises(AttributeError):  # grad_sample stays None: the refusal above is needed
+        per_sample_gradients(model, model.collate(samples[:2]), names)
+
+
+def test_a_trainable_batchnorm_is_refused_by_opacuss_check():
+    model = tasks.build_model(tasks.ModelSpec("minilm-effnet", adapter="layer", seed=0), 3)
+    assert refusal(model).startswith("Opacus computes no per-example gradient for a trainable module "
+                                     "with buffers, such as image.")
+    assert refusal(tasks.build_model(tasks.ModelSpec("minilm-effnet", seed=0), 3)) == ""  # LoRA: BN frozen
+
+
+def test_a_client_sits_out_the_round_that_would_pass_its_budget():
+    setup = type("Setup", (), {})()
+    setup.config = _config(**{"num-server-rounds": 3, "dp-rounds": 2, "local-steps": 5, "batch-size": 4,
+                              "dp-epsilon": 2.0})
+    setup.partition = type("Partition", (), {"train": list(range(40))})()
+    stored: dict = {}
+    for round_ in (1, 2):
+        budget = SampleBudget.of(setup, stored)
+        assert budget.sit_out(5) is None
+        reply: dict = {}
+        budget.record(5, stored, reply)
+        assert stored[DP_HISTORY].shape == (round_, 3) and reply["dp-epsilon"] <= 2.0
+    reply = SampleBudget.of(setup, stored).sit_out(5)
+    assert reply[DP_SAT_OUT] == 1 and reply["dp-epsilon"] <= 2.0 < reply["dp-epsilon-next"]
+
+
+def test_a_private_run_records_epsilon_per_round_and_sits_out_once_spent(tmp_path):
+    code = _simulate("--num-clients", "2", "--run-config",
+                     f"model='tiny-vilt' dataset='synthetic' strategy='all' budgets='4' num-server-rounds=2 "
+                     f"local-steps=2 "
+                     f"batch-size=4 max-train-samples=16 max-test-samples=4 score-batch-size=2 dp='sample' "
+                     f"dp-epsilon=2.0 dp-rounds=1 results-dir='{tmp_path}' run-name='dp'")
+    assert code == 0
+    run = tmp_path / "dp"
+    rows = [json.loads(line) for line in (run / "clients.jsonl").read_text().splitlines()]
+    first = [r["train"] for r in rows if r["round"] == 1]
+    second = [r["train"] for r in rows if r["round"] == 2]
+    assert len(first) == len(second) == 2
+    for train in first:  # the ε recorded is the accountant's for the plan it reports, 2 steps
+        history = np.array([[train["dp-noise-multiplier"], train["dp-sample-rate"], 2]])
+        assert train["dp-epsilon"] == pytest.approx(epsilon_spent(history, train["dp-delta"]), rel=1e-12)
+        assert train["dp-sample-rate"] == 0.25 and train["dp-delta"] == pytest.approx(1 / 160)
+    for train in second:
+        assert train[DP_SAT_OUT] == 1 and train["dp-epsilon-next"] > 2.0 >= train["dp-epsilon"]
+    rounds = [json.loads(line) for line in (run / "rounds.jsonl").read_text().splitlines()]
+    assert [len(r["sat-out"]) for r in rounds] == [0, 2] and rounds[1]["failures"] == 0
+    assert (run / "adapters.safetensors").exists()  # the run kept its results
+
+
+def _simulate(*args: str) -> int:
+    out, err = io.StringIO(), io.StringIO()
+    with pytest.MonkeyPatch.context() as patch, contextlib.redirect_stdout(out), \
+            contextlib.redirect_stderr(err):
+        patch.setattr(run_simulation, "simulate", Simulator())
+        return run_simulation.main(list(args))
