@@ -106,8 +106,8 @@ def test_both_nodes_are_stopped_by_process_id(scenario):
 
 def test_cpus_cannot_be_given_when_attaching(tmp_path, capsys, monkeypatch):
     """Refused from the arguments alone, before any cluster is asked (attaching fails the test):
-    ``run_simulation.main`` in this process, not a process of the scenario (5-9 s of CPU for its
-    imports); the script's exit status 2 on a refusal is checked by the scenario."""
+    ``run_simulation.main`` in this process, not a process of the scenario (1.1-1.4 s of CPU,
+    cpu_time.py); the script's exit status 2 on a refusal is checked by the scenario."""
     import experiments.ray_cluster
     import run_simulation
 
