@@ -51,12 +51,13 @@ def test_a_site_without_state_dir_runs_the_handler_here_untouched(tmp_path):
 
 
 def test_worker_idle_0_runs_here_with_the_sites_threads_and_records_the_message(tmp_path):
+    """Two threads: the suite runs torch on one (tests/conftest.py), so one would prove nothing."""
     threads = torch.get_num_threads()
     try:
-        ctx = context(**{"state-dir": str(tmp_path), "worker-idle": 0, "num-threads": 1})
+        ctx = context(**{"state-dir": str(tmp_path), "worker-idle": 0, "num-threads": 2})
         reply = app(message(4), ctx)
         assert reply.content["echo"]["pid"] == os.getpid()
-        assert reply.content["echo"]["threads"] == 1
+        assert reply.content["echo"]["threads"] == 2
     finally:
         torch.set_num_threads(threads)
     (row,) = timings(tmp_path)
@@ -66,17 +67,18 @@ def test_worker_idle_0_runs_here_with_the_sites_threads_and_records_the_message(
 
 def test_messages_share_one_warm_worker_that_keeps_state_raises_and_idles_out(tmp_path, monkeypatch):
     monkeypatch.setattr(worker, "APP", "tests.helpers.worker_app:app")
-    ctx = context(**{"state-dir": str(tmp_path), "num-threads": 1, "worker-idle": 5})
+    # two threads: the worker inherits the suite's OMP_NUM_THREADS=1 (tests/conftest.py)
+    ctx = context(**{"state-dir": str(tmp_path), "num-threads": 2, "worker-idle": 5})
     first = app(message(1), ctx).content["echo"]
     ended = False
     try:
-        assert first["pid"] != os.getpid() and first["threads"] == 1 and first["x"] == 1
+        assert first["pid"] != os.getpid() and first["threads"] == 2 and first["x"] == 1
         second = app(message(2), ctx).content["echo"]
         assert second["pid"] == first["pid"] and second["calls"] == 2  # context.state came back
         with pytest.raises(KeyError, match="boom") as raised:  # the handler's own exception, here
             app(message(3, fail=True), ctx)
         assert f"site worker (pid {first['pid']})" in "".join(raised.value.__notes__)
-        address, key, _ = worker._endpoint(tmp_path.resolve(), 1)
+        address, key, _ = worker._endpoint(tmp_path.resolve(), 2)
         assert (tmp_path / "worker" / "authkey").stat().st_mode & 0o077 == 0
         with pytest.raises(AuthenticationError):
             worker._connect(address, b"not the site's key")

@@ -1,6 +1,6 @@
 """CPU seconds of a command and of every process it starts, on a machine others are using too.
 
-    python tests/helpers/cpu_time.py python -m pytest -q -n 0 -p no:randomly tests/deploy/test_deploy.py
+    python tests/helpers/cpu_time.py python -m pytest -q -n 1 -p no:randomly tests/deploy/test_deploy.py
 
 `/usr/bin/time` counts only the descendants that their parents wait for; a federation's or a Ray
 cluster's daemons are orphaned (``ray start`` exits, SuperExec processes outlive their parents) and
@@ -8,7 +8,8 @@ their CPU would be lost. Here this process becomes their child subreaper (Linux 
 PR_SET_CHILD_SUBREAPER), so every orphan is re-parented to it and reaped by it, and
 ``RUSAGE_CHILDREN`` ends up holding the user + system time of the whole tree. Unlike
 tests/helpers/suite_cpu.sh (whole-machine /proc/stat), other users' work does not count, so before/after
-comparisons of one test file hold on a loaded machine.
+comparisons of one test file hold on a loaded machine. ``-n 1`` runs the file in one xdist worker, with
+torch on one thread as in the suite (tests/conftest.py).
 """
 
 from __future__ import annotations
