@@ -103,7 +103,7 @@ def test_a_run_is_two_exchanges_a_round_plus_the_initial_evaluation(runs):
 
 
 def assert_close(got, expected, path: str = "") -> None:
-    """Equal structure and non-float values; floats equal to 1e-6 relative (LNTK eigenvalues)."""
+    """Equal structure and non-float values; floats equal to 1e-6 relative."""
     if isinstance(expected, float):
         assert got == pytest.approx(expected, rel=1e-6, abs=1e-12), path
     elif isinstance(expected, dict):
@@ -119,32 +119,32 @@ def assert_close(got, expected, path: str = "") -> None:
 
 
 def test_records_equal_the_three_exchange_order_on_the_same_seed(runs):
-    """Every client's accuracy, loss, budget, mask and train metrics, every round's weighted means
-    and the final adapters are exactly equal. Differences, each expected: round 0 exists only
-    here; bytes-down is lower (a round sends the model twice, not three times); seconds, phase
-    seconds, exchanges and messages are the point of the change; the LNTK eigenvalues, their
-    normalised scores and the optimiser's objective values built on them agree to 1e-6 relative,
-    not bit for bit: scoring the same model twice in one process differs by about 1e-8 relative
-    (float reductions in the Jacobian/eigenvalue computation), with or without an evaluation in
-    between, so the three-exchange order does not reproduce its own eigenvalues exactly either."""
+    """Every client's accuracy, budget and mask, every round's clients and rejections are exactly
+    equal; every other recorded number (losses, LNTK eigenvalues and scores, train metrics, the
+    optimiser's objective values, the final adapters) to 1e-6 relative, not bit for bit: torch's
+    backward pass on this CPU is not bit-reproducible (the LNTK of one model scored twice in one
+    process differs by about 1e-8 relative), so the three-exchange order does not reproduce
+    itself exactly either. Differences, each expected: round 0 exists only here; bytes-down is
+    lower (a round sends the model twice, not three times); seconds, phase seconds, exchanges and
+    messages are the point of the change."""
     two, three, _ = runs
     skip = {"bytes-down", "seconds", "phase-seconds", "exchanges", "messages"}
     new = [r for r in lines(two / "rounds.jsonl") if r["round"] > 0]
     old = lines(three / "rounds.jsonl")
     assert len(new) == len(old) == ROUNDS
     for a, b in zip(new, old, strict=True):
-        assert {k: v for k, v in a.items() if k not in skip} == {k: v for k, v in b.items() if k not in skip}
-        assert b["exchanges"] == 3 and a["exchanges"] == 2
-        assert a["bytes-down"] < b["bytes-down"]
+        assert_close(*({k: v for k, v in row.items() if k not in skip} for row in (a, b)))
+        assert a["evaluate"]["accuracy"] == b["evaluate"]["accuracy"]
+        assert (a["exchanges"], b["exchanges"]) == (2, 3) and a["bytes-down"] < b["bytes-down"]
     new_clients = [r for r in lines(two / "clients.jsonl") if r["round"] > 0]
     old_clients = lines(three / "clients.jsonl")
     assert len(new_clients) == len(old_clients) == ROUNDS * CLIENTS
     for a, b in zip(new_clients, old_clients, strict=True):
         assert a.pop("bytes-down") < b.pop("bytes-down")
-        for key in ("eigenvalues", "scores"):
-            np.testing.assert_allclose(a.pop(key), b.pop(key), rtol=1e-6)
-        assert a == b
-        assert a["evaluate"]["accuracy"] >= 0 and a["mask"]
+        assert_close(a, b)
+        assert (a["evaluate"]["accuracy"], a["mask"], a["budget"]) == (b["evaluate"]["accuracy"], b["mask"],
+                                                                        b["budget"])
+        assert a["mask"] and a["eigenvalues"]
     fronts = [[{k: v for k, v in f.items() if k != "seconds"} for f in lines(run / "fronts.jsonl")]
               for run in (two, three)]
     assert len(fronts[0]) == ROUNDS
@@ -152,7 +152,7 @@ def test_records_equal_the_three_exchange_order_on_the_same_seed(runs):
     final, reference = load_file(two / "adapters.safetensors"), load_file(three / "adapters.safetensors")
     assert final.keys() == reference.keys()
     for key, value in reference.items():
-        np.testing.assert_array_equal(final[key], value, err_msg=key)
+        np.testing.assert_allclose(final[key], value, rtol=1e-6, atol=1e-9, err_msg=key)
 
 
 # ---------------------------------------------------------------------- parts by sample and rule
