@@ -17,7 +17,8 @@ planned rounds (``dp-noise = 0``).
 Run folders go to ``--runs`` (finished runs are skipped, so the command resumes); written to ``--out``:
 ``runs.csv`` (one row per run: target ε, seed, noise multiplier, ε spent, final accuracy, uplink MB),
 ``rounds.csv`` (one row per run and round: ε spent, accuracy) and ``epsilon.png`` (ε and accuracy per
-round, one line per target; ``--redraw`` draws it again from ``rounds.csv`` alone).
+round, one line per target; ``--redraw`` draws it again from ``rounds.csv`` alone; ``--report`` runs
+nothing and writes them from the run folders as they are, an unfinished run with the rounds it logged).
 """
 
 from __future__ import annotations
@@ -140,6 +141,9 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--runs", default="results/privacy-client", help="run folders")
     parser.add_argument("--out", default="docs/results/privacy-client", help="tables and figure")
     parser.add_argument("--redraw", action="store_true", help="draw epsilon.png from --out's rounds.csv")
+    parser.add_argument("--report", action="store_true",
+                        help="run nothing: tables and figure from the run folders as they are (an "
+                             "unfinished run with the rounds it logged)")
     args = parser.parse_args(argv)
     out = Path(args.out)
     if args.redraw:
@@ -155,7 +159,7 @@ def main(argv: list[str] | None = None) -> int:
         for seed in (int(s) for s in args.seeds.split(",")):
             config = run_config(epsilon, seed, runs_dir, overrides)
             run_dir = runs_dir / run_name(epsilon, seed)
-            if not (run_dir / "adapters.safetensors").exists():
+            if not args.report and not (run_dir / "adapters.safetensors").exists():
                 if run_dir.exists():  # an unfinished run starts afresh
                     import shutil
 
