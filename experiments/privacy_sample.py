@@ -6,6 +6,7 @@ One sweep per ε on the same benchmark, ε = ∞ being ``dp = "none"`` (docs/res
         --strategies f3ocus --seeds 0,1,2,3,4 --experiment privacy-sample-eps1
     python -m experiments.privacy_sample results/privacy-sample-eps{inf,8,3,1} --csv runs.csv
     python -m experiments.privacy_sample --from-csv runs.csv   # the same tables, no run folders
+    python -m experiments.privacy_sample --per-round results/<run>   # one run's ε per client and round (CSV)
 
 Printed: a markdown row per experiment (target ε, seeds, overall accuracy, majority-answer accuracy,
 uplink MB and training seconds per round, mean ± sample std over seeds, and the largest ε any
@@ -18,6 +19,7 @@ from __future__ import annotations
 
 import argparse
 import csv
+import json
 import sys
 from collections.abc import Sequence
 from pathlib import Path
@@ -50,6 +52,17 @@ def rows(dirs: Sequence[Path]) -> list[dict]:
                         "seed": run.seed, **{k: metrics.get(k, float("nan")) for k in COLUMNS[3:-1]},
                         "epsilon-spent": spent(run)})
     return out
+
+
+PER_ROUND = ("round", "partition-id", "dp-epsilon", "dp-delta", "dp-noise-multiplier", "dp-sample-rate",
+             "dp-sat-out")
+
+
+def per_round(run_dir: Path) -> list[dict]:
+    """One run's privacy record: per round and client, the ε spent and its plan, or that it sat out."""
+    rows_ = [json.loads(line) for line in (run_dir / "clients.jsonl").read_text().splitlines()]
+    return [{"round": r["round"], "partition-id": r["partition-id"],
+             **{k: (r["train"] or {}).get(k, 0) for k in PER_ROUND[2:]}} for r in rows_]
 
 
 def read_csv(path: Path) -> list[dict]:
@@ -96,7 +109,13 @@ def main(argv: list[str] | None = None) -> int:
                         help="experiment folders, the baseline (ε = ∞) first")
     parser.add_argument("--csv", type=Path, help="write one line per run here")
     parser.add_argument("--from-csv", type=Path, help="print the tables from such a file instead")
+    parser.add_argument("--per-round", type=Path, help="print one run's ε per client and round as CSV")
     args = parser.parse_args(argv)
+    if args.per_round:
+        writer = csv.DictWriter(sys.stdout, PER_ROUND, lineterminator="\n")
+        writer.writeheader()
+        writer.writerows(per_round(args.per_round))
+        return 0
     try:
         table = read_csv(args.from_csv) if args.from_csv else rows(args.experiments)
     except FileNotFoundError as err:

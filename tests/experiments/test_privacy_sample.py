@@ -3,7 +3,7 @@
 import json
 from pathlib import Path
 
-from experiments.privacy_sample import main, read_csv, report, rows
+from experiments.privacy_sample import main, per_round, read_csv, report, rows
 
 
 def _run(root: Path, seed: int, accuracy: float, epsilon: float | None) -> None:
@@ -42,3 +42,13 @@ def test_one_seed_gives_the_difference_without_an_interval(tmp_path: Path) -> No
     _run(tmp_path / "a", 0, 0.8, None)
     _run(tmp_path / "b", 0, 0.6, 3.0)
     assert "| b − a | 0 | -20.00 | -20.00 | needs 2 seeds |" in report(rows([tmp_path / "a", tmp_path / "b"]))
+
+
+def test_per_round_lists_each_clients_epsilon_and_sitting_out(tmp_path: Path) -> None:
+    _run(tmp_path / "a", 0, 0.8, 2.0)
+    run = tmp_path / "a" / "runs" / "f3ocus-nsga2-s0"
+    with open(run / "clients.jsonl", "a") as fh:
+        sat_out = {"dp-epsilon": 1.98, "dp-sat-out": 1}
+        fh.write(json.dumps({"round": 3, "partition-id": 0, "train": sat_out}) + "\n")
+    assert [(r["round"], r["dp-epsilon"], r["dp-sat-out"]) for r in per_round(run)] == [
+        (1, 0.8, 0), (2, 1.98, 0), (3, 1.98, 1)]
