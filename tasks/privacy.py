@@ -25,6 +25,7 @@ example count the client reports are not privatised here.
 
 from __future__ import annotations
 
+import warnings
 from collections.abc import Iterator, Sequence
 from contextlib import contextmanager
 from dataclasses import dataclass
@@ -135,12 +136,23 @@ def _contiguous_conv_samples() -> None:
         return compute_conv_grad_sample(layer, [a.contiguous() for a in activations], backprops.contiguous())
 
 
-def _hooks(model: nn.Module) -> GradSampleHooks:
-    """Opacus's per-example gradient hooks on ``model`` in place (mean loss, batch first)."""
+@contextmanager
+def _hooks(model: nn.Module) -> Iterator[GradSampleHooks]:
+    """Opacus's per-example gradient hooks on ``model`` in place (mean loss, batch first), removed
+    on exit with every attribute Opacus set on the parameters. torch's warning that a full backward
+    hook fires on a module whose inputs need no gradient (the first adapted module: its input comes
+    from the frozen backbone) is expected there and silenced."""
     from opacus.grad_sample import GradSampleHooks
 
     _contiguous_conv_samples()
-    return GradSampleHooks(model, batch_first=True, loss_reduction="mean", strict=True)
+    hooks = GradSampleHooks(model, batch_first=True, loss_reduction="mean", strict=True)
+    try:
+        with warnings.catch_warnings():
+            warnings.filterwarnings("ignore", message="Full backward hook is firing when gradients are "
+                                    "computed with respect to module outputs")
+            yield hooks
+    finally:
+        hooks.cleanup()
 
 
 @contextmanager
@@ -154,17 +166,16 @@ def private_optimizer(model: nn.Module, optimizer: torch.optim.Optimizer, dp: Sa
     reason = refusal(model)
     if reason:
         raise ValueError(f"dp = 'sample': {reason}")
-    hooks = _hooks(model)
     private = DPOptimizer(optimizer, noise_multiplier=dp.noise_multiplier, max_grad_norm=dp.clip,
                           expected_batch_size=dp.expected_batch(n), loss_reduction="mean")
-    try:
-        yield private
-    finally:
-        private.zero_grad(set_to_none=True)
-        hooks.cleanup()
-        for p in private.params:
-            if hasattr(p, "summed_grad"):
-                del p.summed_grad
+    with _hooks(model):
+        try:
+            yield private
+        finally:
+            private.zero_grad(set_to_none=True)
+            for p in private.params:
+                if hasattr(p, "summed_grad"):
+                    del p.summed_grad
 
 
 def empty_step(optimizer: torch.optim.Optimizer) -> None:
@@ -184,12 +195,10 @@ def per_sample_gradients(model: nn.Module, batch: dict[str, torch.Tensor], names
     """Opacus's per-example gradients (B, *shape) of the parameters ``names`` for the mean of the
     model's per-example losses on ``batch`` (`FederatedVLM.sample_losses`), no clip, no noise: what
     the oracle tests compare with per-example backward passes (opacus issue 820)."""
-    hooks = _hooks(model)
-    try:
+    with _hooks(model):
         model.zero_grad(set_to_none=True)
         model.sample_losses(model(batch), batch["labels"]).mean().backward()
         params = dict(model.named_parameters())
-        return {name: params[name].grad_sample.detach().clone() for name in names}
-    finally:
-        hooks.cleanup()
-        model.zero_grad(set_to_none=True)
+        grads = {name: params[name].grad_sample.detach().clone() for name in names}
+    model.zero_grad(set_to_none=True)
+    return grads

@@ -18,6 +18,7 @@ def test_the_default_run_has_no_privacy_and_a_mode_parses():
     ("dp-clip", 0.0, r"^dp-clip = 0.0 is out of range$"),
     ("dp-delta", 1.5, r"^dp-delta = 1.5 is out of range$"),
     ("dp-noise", -0.1, r"^dp-noise = -0.1 is out of range$"),
+    ("dp-rounds", -1, r"^dp-rounds = -1 is out of range$"),
 ])
 def test_a_bad_privacy_setting_fails_in_one_line(key, value, message):
     with pytest.raises(ConfigError, match=message):

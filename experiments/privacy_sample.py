@@ -1,0 +1,135 @@
+"""The accuracy cost of per-sample DP (``dp = "sample"``, issue 39 item 4), from run files only.
+
+One sweep per ε on the same benchmark, ε = ∞ being ``dp = "none"`` (docs/results/privacy-sample.md):
+
+    python run_simulation.py --config conf/bench-yesno.toml --run-config "dp='sample' dp-epsilon=1" \\
+        --strategies f3ocus --seeds 0,1,2,3,4 --experiment privacy-sample-eps1
+    python -m experiments.privacy_sample results/privacy-sample-eps{inf,8,3,1} --csv runs.csv
+    python -m experiments.privacy_sample --from-csv runs.csv   # the same tables, no run folders
+    python -m experiments.privacy_sample --per-round results/<run>   # one run's ε per client and round (CSV)
+
+Printed: a markdown row per experiment (target ε, seeds, overall accuracy, majority-answer accuracy,
+uplink MB and training seconds per round, mean ± sample std over seeds, and the largest ε any
+client reported spending, `client_app.privacy`), then the per-seed paired differences of overall
+accuracy against the first experiment with their 95 % t interval (`experiments.paired`; 2 or
+more common seeds). ``--csv``: one line per run, the values the table summarises.
+"""
+
+from __future__ import annotations
+
+import argparse
+import csv
+import json
+import sys
+from collections.abc import Sequence
+from pathlib import Path
+
+from experiments.paired import paired_interval, seed_metrics
+from experiments.report import Run, load_runs, mean_std, plus_minus
+
+COLUMNS = ("experiment", "target-epsilon", "seed", "overall", "majority", "uplink_mb", "training_s",
+           "epsilon-spent")
+
+
+def target(run: Run) -> float:
+    """The run's ``dp-epsilon`` under ``dp = "sample"``, ∞ without per-sample DP."""
+    return float(run.config["dp-epsilon"]) if run.config.get("dp") == "sample" else float("inf")
+
+
+def spent(run: Run) -> float:
+    """The largest ε a client reported spending in any round (0 without per-sample DP)."""
+    return max((float(r["train"]["dp-epsilon"]) for r in run.clients
+                if r.get("train") and "dp-epsilon" in r["train"]), default=0.0)
+
+
+def rows(dirs: Sequence[Path]) -> list[dict]:
+    """One dict (`COLUMNS`) per complete run of each experiment."""
+    out = []
+    for directory in dirs:
+        for run in load_runs(Path(directory))[0]:
+            metrics = seed_metrics(run)
+            out.append({"experiment": Path(directory).name, "target-epsilon": target(run),
+                        "seed": run.seed, **{k: metrics.get(k, float("nan")) for k in COLUMNS[3:-1]},
+                        "epsilon-spent": spent(run)})
+    return out
+
+
+PER_ROUND = ("round", "partition-id", "dp-epsilon", "dp-delta", "dp-noise-multiplier", "dp-sample-rate",
+             "dp-sat-out")
+
+
+def per_round(run_dir: Path) -> list[dict]:
+    """One run's privacy record: per round and client, the ε spent and its plan, or that it sat out."""
+    rows_ = [json.loads(line) for line in (run_dir / "clients.jsonl").read_text().splitlines()]
+    return [{"round": r["round"], "partition-id": r["partition-id"],
+             **{k: (r["train"] or {}).get(k, 0) for k in PER_ROUND[2:]}} for r in rows_]
+
+
+def read_csv(path: Path) -> list[dict]:
+    """The rows a ``--csv`` file holds, typed as `rows` gives them."""
+    with open(path, newline="") as fh:
+        return [{k: v if k == "experiment" else int(v) if k == "seed" else float(v)
+                 for k, v in row.items()} for row in csv.DictReader(fh)]
+
+
+def report(table: Sequence[dict]) -> str:
+    """The markdown table and paired differences (module doc) of `rows`' output."""
+    names = list(dict.fromkeys(r["experiment"] for r in table))
+    lines = ["| experiment | target ε | seeds | overall % | majority % | uplink MB / round "
+             "| training s / round | largest ε spent |", "|---|---|---|---|---|---|---|---|"]
+    by_name = {n: {r["seed"]: r for r in table if r["experiment"] == n} for n in names}
+    for name, seeds in by_name.items():
+        first = next(iter(seeds.values()))
+        cells = [plus_minus(mean_std([r[k] for r in seeds.values()]), d)
+                 for k, d in (("overall", 2), ("majority", 1), ("uplink_mb", 2), ("training_s", 1))]
+        lines.append(f"| {name} | {first['target-epsilon']:g} | {','.join(map(str, sorted(seeds)))} | "
+                     + " | ".join(cells) + f" | {max(r['epsilon-spent'] for r in seeds.values()):.3f} |")
+    lines += ["", "| comparison | seeds | per-seed difference (pp) | mean | 95 % t interval |",
+              "|---|---|---|---|---|"]
+    base = by_name[names[0]] if names else {}
+    for name in names[1:]:
+        common = sorted(set(by_name[name]) & set(base))
+        diffs = [by_name[name][s]["overall"] - base[s]["overall"] for s in common]
+        if len(common) < 2:
+            interval = "needs 2 seeds"
+            mean = f"{diffs[0]:+.2f}" if diffs else "-"
+        else:
+            m, lo, hi = paired_interval([by_name[name][s]["overall"] for s in common],
+                                        [base[s]["overall"] for s in common])
+            mean, interval = f"{m:+.2f}", f"[{lo:+.2f}, {hi:+.2f}]"
+        lines.append(f"| {name} − {names[0]} | {','.join(map(str, common)) or '-'} | "
+                     f"{', '.join(f'{d:+.2f}' for d in diffs) or '-'} | {mean} | {interval} |")
+    return "\n".join(lines) + "\n"
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(prog="python -m experiments.privacy_sample",
+                                     description=__doc__.split("\n")[0])
+    parser.add_argument("experiments", nargs="*", type=Path,
+                        help="experiment folders, the baseline (ε = ∞) first")
+    parser.add_argument("--csv", type=Path, help="write one line per run here")
+    parser.add_argument("--from-csv", type=Path, help="print the tables from such a file instead")
+    parser.add_argument("--per-round", type=Path, help="print one run's ε per client and round as CSV")
+    args = parser.parse_args(argv)
+    if args.per_round:
+        writer = csv.DictWriter(sys.stdout, PER_ROUND, lineterminator="\n")
+        writer.writeheader()
+        writer.writerows(per_round(args.per_round))
+        return 0
+    try:
+        table = read_csv(args.from_csv) if args.from_csv else rows(args.experiments)
+    except FileNotFoundError as err:
+        print(f"error: {err}", file=sys.stderr)
+        return 2
+    if args.csv:
+        args.csv.parent.mkdir(parents=True, exist_ok=True)
+        with open(args.csv, "w", newline="") as fh:
+            writer = csv.DictWriter(fh, COLUMNS)
+            writer.writeheader()
+            writer.writerows(table)
+    print(report(table), end="")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

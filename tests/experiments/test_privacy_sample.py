@@ -1,0 +1,54 @@
+"""experiments.privacy_sample: the per-ε table, its paired differences and its CSV, on planted runs."""
+
+import json
+from pathlib import Path
+
+from experiments.privacy_sample import main, per_round, read_csv, report, rows
+
+
+def _run(root: Path, seed: int, accuracy: float, epsilon: float | None) -> None:
+    run = root / "runs" / f"f3ocus-nsga2-s{seed}"
+    run.mkdir(parents=True)
+    dp = {"dp": "sample", "dp-epsilon": epsilon} if epsilon else {"dp": "none", "dp-epsilon": 8.0}
+    config = {"strategy": "f3ocus", "optimizer": "nsga2", "seed": seed, "num-server-rounds": 2, **dp}
+    (run / "config.json").write_text(json.dumps(config))
+    (run / "rounds.jsonl").write_text("".join(
+        json.dumps({"round": r, "seconds": 2.0, "bytes-up": 1e6, "evaluate": {"x": 1},
+                    "phase-seconds": {"training": 1.0 + r, "aggregating": 0.1}}) + "\n" for r in (1, 2)))
+    ev = {"accuracy": accuracy, "num-examples": 10, "majority-accuracy": 0.5}
+    spent = {1: 0.4 * (epsilon or 0), 2: 0.99 * (epsilon or 0)}
+    train = {r: {"dp-epsilon": spent[r]} if epsilon else {"train_loss": 1.0} for r in (1, 2)}
+    lines = [json.dumps({"round": r, "partition-id": 0, "evaluate": ev, "train": train[r]}) for r in (1, 2)]
+    (run / "clients.jsonl").write_text("\n".join(lines) + "\n")
+    (run / "adapters.safetensors").write_bytes(b"")
+
+
+def test_the_table_pairs_each_epsilon_with_no_privacy_by_seed(tmp_path: Path) -> None:
+    for seed, acc in enumerate([0.80, 0.84, 0.82]):
+        _run(tmp_path / "eps-inf", seed, acc, None)
+        _run(tmp_path / "eps-1", seed, acc - 0.10 - 0.01 * seed, 1.0)  # -10, -11, -12 pp
+    table = rows([tmp_path / "eps-inf", tmp_path / "eps-1"])
+    text = report(table)
+    assert "| eps-inf | inf | 0,1,2 | 82.00 ± 2.00 | 50.0 ± 0.0 | 1.00 ± 0.00 | 2.5 ± 0.0 | 0.000 |" in text
+    # 70, 73, 70 %; the last cell: the largest ε any client spent in any round
+    assert "| eps-1 | 1 | 0,1,2 | 71.00 ± 1.73 | 50.0 ± 0.0 | 1.00 ± 0.00 | 2.5 ± 0.0 | 0.990 |" in text
+    # differences -10, -11, -12: mean -11, sd 1, t_{0.975,2} 4.302653 / sqrt 3 -> half width 2.484138
+    assert "| eps-1 − eps-inf | 0,1,2 | -10.00, -11.00, -12.00 | -11.00 | [-13.48, -8.52] |" in text
+    main([str(tmp_path / "eps-inf"), str(tmp_path / "eps-1"), "--csv", str(tmp_path / "runs.csv")])
+    assert report(read_csv(tmp_path / "runs.csv")) == text
+
+
+def test_one_seed_gives_the_difference_without_an_interval(tmp_path: Path) -> None:
+    _run(tmp_path / "a", 0, 0.8, None)
+    _run(tmp_path / "b", 0, 0.6, 3.0)
+    assert "| b − a | 0 | -20.00 | -20.00 | needs 2 seeds |" in report(rows([tmp_path / "a", tmp_path / "b"]))
+
+
+def test_per_round_lists_each_clients_epsilon_and_sitting_out(tmp_path: Path) -> None:
+    _run(tmp_path / "a", 0, 0.8, 2.0)
+    run = tmp_path / "a" / "runs" / "f3ocus-nsga2-s0"
+    with open(run / "clients.jsonl", "a") as fh:
+        sat_out = {"dp-epsilon": 1.98, "dp-sat-out": 1}
+        fh.write(json.dumps({"round": 3, "partition-id": 0, "train": sat_out}) + "\n")
+    assert [(r["round"], r["dp-epsilon"], r["dp-sat-out"]) for r in per_round(run)] == [
+        (1, 0.8, 0), (2, 1.98, 0), (3, 1.98, 1)]
