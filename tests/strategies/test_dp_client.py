@@ -115,6 +115,8 @@ def test_a_run_records_the_accountants_epsilon_per_round_and_stops_before_its_ca
     with caplog.at_level(logging.WARNING, logger="flwr"):
         rounds = run_federation(tmp_path, spy, **{"num-server-rounds": 3, "dp": "client", "dp-noise": noise,
                                                   "dp-delta": delta, "dp-clip": clip, "dp-max-epsilon": cap})
+    assert "epsilon" not in rounds[0]  # round 0, the initial evaluation, trains nothing and spends no ε
+    rounds = rounds[1:]
     assert [r["epsilon"] for r in rounds] == pytest.approx(expected[:2], rel=1e-9)
     assert [r["aggregated"] for r in rounds] == [True, True]
     stops = [r.getMessage() for r in caplog.records if "Privacy budget spent" in r.getMessage()]
