@@ -45,15 +45,14 @@ def _lines(path: Path) -> list[dict]:
 
 @dataclass(frozen=True)
 class Run:
-    """One finished run's files; ``rounds`` and ``clients`` hold its trained rounds (1..N), the
-    initial evaluation (round 0) is ``initial``."""
+    """One finished run's files; ``rounds`` and ``clients`` hold its trained rounds (1..N), not
+    round 0 (the initial adapters' evaluation)."""
 
     name: str
     config: dict
     rounds: list[dict]
     clients: list[dict]
     fronts: list[dict]
-    initial: dict | None = None
 
     @property
     def strategy(self) -> str:
@@ -110,10 +109,9 @@ def load_runs(experiment_dir: Path) -> tuple[list[Run], list[str]]:
         if config is None or not is_complete(run_dir, int(config["num-server-rounds"])):
             incomplete.append(run_dir.name)
             continue
-        rounds, clients = _lines(run_dir / "rounds.jsonl"), _lines(run_dir / "clients.jsonl")
-        runs.append(Run(run_dir.name, config, [r for r in rounds if r["round"] > 0],
-                        [r for r in clients if r["round"] > 0], _lines(run_dir / "fronts.jsonl"),
-                        next((r for r in rounds if r["round"] == 0), None)))
+        trained = ([r for r in _lines(run_dir / name) if r["round"] > 0]  # round 0: initial evaluation
+                   for name in ("rounds.jsonl", "clients.jsonl"))
+        runs.append(Run(run_dir.name, config, *trained, _lines(run_dir / "fronts.jsonl")))
     return runs, incomplete
 
 

@@ -22,7 +22,12 @@ def write_run(root: Path, name: str, strategy: str, seed: int, acc: tuple[float,
     config = {"strategy": strategy, "seed": seed, "optimizer": optimizer, "budgets": "2,1",
               "num-server-rounds": 2, "layer-names": LAYERS}
     (run / "config.json").write_text(json.dumps(config))
-    rounds, clients = [], []
+    # round 0, the initial evaluation (issue 38): numbers no table or figure may include
+    rounds = [{"round": 0, "seconds": 1e4, "bytes-up": 0, "phase-seconds": {"optimising": 0.0},
+               "train": {}, "evaluate": {"accuracy": 0.01}}]
+    clients = [{"round": 0, "partition-id": pid, "budget": None, "eigenvalues": None, "scores": None,
+                "mask": None, "evaluate": {"accuracy": 0.01, "num-examples": 1, "majority-accuracy": 0.0},
+                "bytes-up": 0} for pid in range(2)]
     for r in (1, 2):
         rounds.append({"round": r, "seconds": 10.0 * r + seed, "bytes-up": 1e6 * (r + seed),
                        "phase-seconds": {"optimising": 0.1 * r + seed},

@@ -157,3 +157,20 @@ def test_log_line_cut_short_by_a_kill_is_dropped_on_resume(recorder):
     assert incomplete(recorder.run_dir, 2) == "only 1 of 2 rounds completed"
     assert load_checkpoint(recorder.run_dir)[0] == 1
     assert rounds.read_text() == full
+
+
+def test_round_0_is_not_counted_as_a_completed_round(recorder):
+    """Round 0 evaluates the initial adapters (issue 38): rounds 0 and 1 of 2 are not a whole run."""
+    rounds = recorder.run_dir / "rounds.jsonl"
+    rounds.write_text("".join(json.dumps({"round": r, "evaluate": {"accuracy": 0.5}}) + "\n" for r in (0, 1)))
+    assert incomplete(recorder.run_dir, 2) == "only 1 of 2 rounds completed"
+
+
+def test_round_0_is_recorded_but_not_checkpointed(tmp_path):
+    """A run killed before round 1 ends has nothing to resume: it starts over (the sweep reruns it)."""
+    from strategies import RoundLog
+
+    rec = Recorder(tmp_path / "run", num_rounds=2, layer_names=["a", "b", "c"])
+    rec.end_round(RoundLog(0, eval_metrics={7: {"accuracy": 0.5, "num-examples": 2}}), *states(0))
+    assert [json.loads(ln)["round"] for ln in (rec.run_dir / "rounds.jsonl").read_text().splitlines()] == [0]
+    assert not (rec.run_dir / "checkpoint" / "state.json").exists()
