@@ -4,9 +4,11 @@ F3OCUS's overhead is 151.4 s vs 137.5 s per round, i.e. ~10%).
     python -m experiments.bench_client --model minilm-effnet --dataset easy-vqa --json
     python -m experiments.bench_client --repeat 5      # 5 fresh processes: median, min, max of each figure
     python -m experiments.bench_client --model tiny-llava --budgets 1,2,4  # per k: s/step, overhead, memory
+    python -m experiments.bench_client --config conf/bench-gen.toml --budgets 1,2,4,8  # its round's sizes
 
-The scoring batch, local steps, batch size and learning rates default to the app's own run config
-(`[tool.flwr.app.config]` in pyproject.toml), so "one local round" is the round a client really
+The model, data set, scoring batch, local steps, batch size and learning rates default to the app's
+own run config (`[tool.flwr.app.config]` in pyproject.toml), or, with ``--config``, to a run-config
+file's values where it sets them, so "one local round" is the round a client of that run really
 runs. LNTK (mode "loss") scores all layers; the round trains BUDGET = 4 layers (the top-4 LNTK
 layers, as F3OCUS would train them). The client is partition 0 of 5 (by-question-type; `--partition`). One
 forward pass warms up the kernels; LNTK then scores the batch twice. The first call pays the
@@ -50,14 +52,29 @@ BUDGET = 4
 PYPROJECT = Path(__file__).resolve().parents[1] / "pyproject.toml"
 
 
+SIZES = ("score-batch-size", "local-steps", "batch-size", "lr", "head-lr", "weight-decay")
+"""The run-config keys of one local round that the benchmark shares with the app."""
+
+
 def app_defaults(path: Path = PYPROJECT) -> dict[str, int | float]:
     """The run-config defaults the benchmark shares with the app (scoring batch, round, lrs)."""
     config = tomllib.loads(path.read_text())["tool"]["flwr"]["app"]["config"]
-    keys = ("score-batch-size", "local-steps", "batch-size", "lr", "head-lr", "weight-decay")
-    return {key: config[key] for key in keys}
+    return {key: config[key] for key in SIZES}
 
 
 APP = app_defaults()
+DEFAULTS = {"model": "minilm-effnet", "dataset": "easy-vqa", **APP}
+"""The options' defaults without ``--config``."""
+
+
+def config_defaults(path: Path) -> dict[str, object]:
+    """`DEFAULTS` with a run-config file's (e.g. conf/bench-gen.toml) model, data set and round sizes
+    where it sets them; one line naming the file where it cannot be read."""
+    try:
+        config = tomllib.loads(path.read_text())
+    except (OSError, tomllib.TOMLDecodeError) as err:
+        raise SystemExit(f"--config {str(path)!r} cannot be read: {err}") from None
+    return {**DEFAULTS, **{key: config[key] for key in ("model", "dataset", *SIZES) if key in config}}
 
 
 def run(
@@ -75,7 +92,11 @@ def run(
     budgets: tuple[int, ...] = (),
     device: str = "cpu",
     model_options: dict | None = None,
+    rates: dict[str, float] | None = None,
 ) -> dict[str, float]:
+    """One client's round: LNTK scoring, then ``steps`` local steps on the top-``budget`` layers
+    (and per ``budgets`` k, `per_budget`); ``rates``: lr, head-lr, weight-decay (default `APP`'s)."""
+    rates = {**{k: APP[k] for k in ("lr", "head-lr", "weight-decay")}, **(rates or {})}
     load_start = os.getloadavg()[0]
     part = load_partition(dataset, partition, 5, "by-question-type", seed=seed)
     model = build_model(ModelSpec(model_name, seed=seed, **(model_options or {})), len(part.labels),
@@ -90,8 +111,8 @@ def run(
     mask = np.zeros(len(model.layer_names), bool)
     mask[np.argsort(-scores.scores)[: min(budget, len(mask))]] = True
     start, cpu = time.perf_counter(), time.process_time()
-    train(model, part.train, mask, steps=steps, batch_size=batch_size, lr=APP["lr"],
-          head_lr=APP["head-lr"], weight_decay=APP["weight-decay"], device=device)
+    train(model, part.train, mask, steps=steps, batch_size=batch_size, lr=rates["lr"],
+          head_lr=rates["head-lr"], weight_decay=rates["weight-decay"], device=device)
     train_s, train_cpu = time.perf_counter() - start, time.process_time() - cpu
     peak_rss_mb = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024
     load = os.getloadavg()[0]
@@ -99,7 +120,7 @@ def run(
              if rank_check else {})
     if budgets:
         extra["per_budget"] = per_budget(model, part.train, scores.scores, scores.seconds, budgets, steps,
-                                         batch_size)
+                                         batch_size, rates)
     return {
         "model": model_name,
         "dataset": dataset,
@@ -134,9 +155,9 @@ def peak_memory_mb(device: torch.device) -> float:
 
 
 def per_budget(model, samples: list, scores: np.ndarray, lntk_s: float, budgets: tuple[int, ...],
-               steps: int, batch_size: int) -> list[dict[str, float]]:
-    """For each budget k: one local round on the top-k LNTK layers; seconds per local step, the
-    LNTK overhead (lntk_s over that round) and peak memory."""
+               steps: int, batch_size: int, rates: dict[str, float]) -> list[dict[str, float]]:
+    """For each budget k: one local round on the top-k LNTK layers (learning rates ``rates``);
+    seconds per local step, the LNTK overhead (lntk_s over that round) and peak memory."""
     rows = []
     for k in budgets:
         mask = np.zeros(len(model.layer_names), bool)
@@ -145,8 +166,8 @@ def per_budget(model, samples: list, scores: np.ndarray, lntk_s: float, budgets:
             torch.cuda.synchronize(model.device)
             torch.cuda.reset_peak_memory_stats(model.device)
         start = time.perf_counter()
-        train(model, samples, mask, steps=steps, batch_size=batch_size, lr=APP["lr"],
-              head_lr=APP["head-lr"], weight_decay=APP["weight-decay"], device=str(model.device))
+        train(model, samples, mask, steps=steps, batch_size=batch_size, lr=rates["lr"],
+              head_lr=rates["head-lr"], weight_decay=rates["weight-decay"], device=str(model.device))
         if model.device.type == "cuda":
             torch.cuda.synchronize(model.device)
         seconds = time.perf_counter() - start
@@ -214,7 +235,7 @@ def _positive(text: str) -> int:
 def child_argv(args: argparse.Namespace) -> list[str]:
     """The command line of one of `--repeat`'s runs: the same settings, run once."""
     argv = []
-    for key in ("model", "dataset", "scoring_batch", "steps", "batch_size", "budget", "seed",
+    for key in ("config", "model", "dataset", "scoring_batch", "steps", "batch_size", "budget", "seed",
                 "partition", "rank_reference", "threads", "budgets", "device", "dtype"):
         value = getattr(args, key)
         if value is not None and value != "":
@@ -225,11 +246,17 @@ def child_argv(args: argparse.Namespace) -> list[str]:
 
 def main(argv: list[str] | None = None) -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--model", default="minilm-effnet")
-    parser.add_argument("--dataset", default="easy-vqa")
-    parser.add_argument("--scoring-batch", type=_positive, default=APP["score-batch-size"])
-    parser.add_argument("--steps", type=_positive, default=APP["local-steps"])
-    parser.add_argument("--batch-size", type=_positive, default=APP["batch-size"])
+    parser.add_argument("--config", default=None,
+                        help="run-config TOML (e.g. conf/bench-gen.toml) whose model, dataset, "
+                             "score-batch-size, local-steps, batch-size and learning rates are the "
+                             "defaults of the options below")
+    known, _ = parser.parse_known_args(argv)
+    base = config_defaults(Path(known.config)) if known.config else DEFAULTS
+    parser.add_argument("--model", default=base["model"])
+    parser.add_argument("--dataset", default=base["dataset"])
+    parser.add_argument("--scoring-batch", type=_positive, default=base["score-batch-size"])
+    parser.add_argument("--steps", type=_positive, default=base["local-steps"])
+    parser.add_argument("--batch-size", type=_positive, default=base["batch-size"])
     parser.add_argument("--budget", type=_positive, default=BUDGET)
     parser.add_argument("--seed", type=int, default=0)
     parser.add_argument("--partition", type=int, default=0, help="which of the 5 partitions is the client")
@@ -281,6 +308,7 @@ def main(argv: list[str] | None = None) -> None:
         device=args.device,
         model_options={"dtype": args.dtype, "gradient_checkpointing": args.gradient_checkpointing,
                        "device": args.device},
+        rates={k: base[k] for k in ("lr", "head-lr", "weight-decay")},
     )
     if args.json:
         print(json.dumps(result))

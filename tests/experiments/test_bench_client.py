@@ -100,3 +100,24 @@ def test_bench_rejects_non_positive_settings(flag, capsys):
     with pytest.raises(SystemExit):
         bench.main([flag, "0"])
     assert flag in capsys.readouterr().err
+
+
+def test_bench_config_file_sets_the_model_data_and_round_and_flags_win(tmp_path, capsys, monkeypatch):
+    conf = tmp_path / "bench.toml"
+    conf.write_text('model = "tiny-vilt"\ndataset = "synthetic"\nlocal-steps = 2\nbatch-size = 4\n'
+                    'score-batch-size = 4\nlr = 0.001\n')
+    bench.main(["--config", str(conf), "--steps", "1", "--json"])
+    result = json.loads(capsys.readouterr().out)
+    assert (result["model"], result["dataset"]) == ("tiny-vilt", "synthetic")
+    assert (result["steps"], result["batch_size"], result["scoring_batch"]) == (1, 4, 4)
+    defaults = bench.config_defaults(conf)
+    assert defaults["lr"] == 0.001 and defaults["head-lr"] == bench.APP["head-lr"]  # unset: the app's
+    calls = []
+    monkeypatch.setattr(bench, "run_fresh", lambda argv: calls.append(argv) or {"overhead": 0.1})
+    bench.main(["--config", str(conf), "--repeat", "2", "--json"])
+    assert calls[0][:2] == ["--config", str(conf)]  # each fresh run reads the same file
+
+
+def test_bench_config_file_that_cannot_be_read_is_one_line(tmp_path):
+    with pytest.raises(SystemExit, match="--config .*missing.toml"):
+        bench.main(["--config", str(tmp_path / "missing.toml")])
