@@ -125,7 +125,7 @@ def draw(path: Path, per_round: Sequence[dict]) -> Path:
             spent = [next(float(r["epsilon"]) for r in rows if int(r["round"]) == k) for k in rounds]
             left.plot(rounds, spent, marker="o", label=label)
     left.set(xlabel="round", ylabel="ε spent (every site)", title="ε per round")
-    right.set(xlabel="round", ylabel="accuracy (all test questions)", title="accuracy")
+    right.set(xlabel="round", ylabel="accuracy (evaluated sites)", title="accuracy")
     left.legend(fontsize=8)
     right.legend(fontsize=8)
     return save_figure(fig, path)
