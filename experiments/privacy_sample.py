@@ -1,6 +1,6 @@
 """The accuracy cost of per-sample DP (``dp = "sample"``, issue 39 item 4), from run files only.
 
-One sweep per ε on the same benchmark, ε = ∞ being ``dp = "none"`` (docs/results/privacy-sample.md):
+One sweep per ε on the same benchmark, ε = ∞ being ``dp = "none"`` (docs/results/privacy.md):
 
     python run_simulation.py --config conf/bench-yesno.toml --run-config "dp='sample' dp-epsilon=1" \\
         --strategies f3ocus --seeds 0,1,2,3,4 --experiment privacy-sample-eps1

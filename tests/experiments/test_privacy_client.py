@@ -1,5 +1,5 @@
 """`experiments.privacy_client`: each target ε becomes its run config, and the tables and figure of
-docs/results/privacy-client.md are read from the runs' ``rounds.jsonl`` as they are."""
+docs/results/privacy.md are read from the runs' ``rounds.jsonl`` as they are."""
 
 from __future__ import annotations
 
