@@ -20,6 +20,7 @@ from dataclasses import dataclass
 
 from settings import ConfigError
 from settings.privacy import PrivacySettings
+from tasks.privacy import resolve_delta
 
 
 def run_epsilon(noise: float, rounds: int, delta: float) -> float:
@@ -55,10 +56,10 @@ class ClientAccountant:
     def plan(cls, privacy: PrivacySettings, num_sites: int, num_rounds: int) -> ClientAccountant:
         """δ, z and the cap from the settings (module doc); ConfigError in one line for a δ of
         1/n or more and for a cap that round 1 already passes."""
-        delta = privacy.delta or 1 / (10 * num_sites)
-        if delta >= 1 / num_sites:
-            raise ConfigError(f"dp-delta = {privacy.delta!r} must be below 1/n = {1 / num_sites:.4g} "
-                              f"for the {num_sites} sites (0 picks 1/(10 n))")
+        try:
+            delta = resolve_delta(privacy.delta, num_sites, "sites")
+        except ValueError as err:
+            raise ConfigError(str(err)) from None
         noise = privacy.noise or calibrate_noise(privacy.epsilon, num_rounds, delta)
         accountant = cls(noise, delta, privacy.max_epsilon or privacy.epsilon)
         if not accountant.allows(1):

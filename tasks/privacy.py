@@ -43,16 +43,17 @@ HISTORY_COLUMNS = ("noise-multiplier", "sample-rate", "steps")
 """The columns of a client's DP-SGD history (one row per round it trained), what the accountant composes."""
 
 
-def resolve_delta(delta: float, n: int) -> float:
-    """δ of a client with n training examples: ``dp-delta``, or 1/(10 n) for 0; ValueError for δ ≥ 1/n
-    (a δ that large allows releasing one example outright)."""
+def resolve_delta(delta: float, n: int, units: str = "training examples on this client") -> float:
+    """δ of a mechanism that protects one of n ``units``: ``dp-delta``, or 1/(10 n) for 0; ValueError
+    for δ ≥ 1/n (a δ that large allows releasing one unit outright). The one home of the rule for
+    both modes: a client's examples (``dp = "sample"``) and the sites (``dp = "client"``)."""
     if n < 1:
-        raise ValueError(f"dp = 'sample' needs training examples, got n = {n}")
+        raise ValueError(f"dp-delta needs at least one of the {units}, got n = {n}")
     if delta == 0:
         return 1.0 / (10 * n)
     if delta >= 1.0 / n:
-        raise ValueError(f"dp-delta = {delta!r} is not below 1/n = {1.0 / n:.3g} (n = {n} training "
-                         "examples on this client): such a δ permits leaking one example; use 0 for 1/(10 n)")
+        raise ValueError(f"dp-delta = {delta!r} is not below 1/n = {1.0 / n:.3g} (n = {n} {units}): "
+                         "such a δ permits leaking one of them; use 0 for 1/(10 n)")
     return float(delta)
 
 

@@ -138,7 +138,7 @@ def test_the_noise_from_dp_epsilon_spends_it_over_the_planned_rounds():
 
 @pytest.mark.parametrize(("privacy", "message"), [
     (PrivacySettings(mode="client", delta=0.5),
-     r"^dp-delta = 0.5 must be below 1/n = 0.3333 for the 3 sites"),
+     r"^dp-delta = 0.5 is not below 1/n = 0.333 \(n = 3 sites\)"),
     (PrivacySettings(mode="client", noise=0.5, max_epsilon=1.0),
      r"^dp-max-epsilon = 1.0 is below the ε = \d+\.?\d* that one round with dp-noise = 0.5 spends"),
     (PrivacySettings(mode="client", noise=0.5, epsilon=1.0),
@@ -150,7 +150,7 @@ def test_a_budget_that_cannot_hold_is_refused_in_one_line(privacy, message):
 
 
 def test_the_server_refuses_a_bad_delta_before_round_1(tmp_path):
-    with pytest.raises(ConfigError, match=r"^Invalid run configuration: dp-delta = 0.4 must be below"):
+    with pytest.raises(ConfigError, match=r"^Invalid run configuration: dp-delta = 0.4 is not below 1/n"):
         run_federation(tmp_path, **{"dp": "client", "dp-delta": 0.4})
     assert not (tmp_path / "run" / "rounds.jsonl").exists()
 
