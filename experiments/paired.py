@@ -78,7 +78,7 @@ def by_seed(experiment_dir: Path) -> dict[str, dict[int, dict[str, float]]]:
     return out
 
 
-def _paired_row(label: str, key: str, seeds: dict[int, dict], ref: dict[int, dict]
+def paired_row(label: str, key: str, seeds: dict[int, dict], ref: dict[int, dict]
                 ) -> tuple[str, float, float, float, dict[int, float]] | None:
     """One markdown row of paired differences, their mean, interval and the differences by seed
     (None with fewer than 2 common seeds)."""
@@ -105,7 +105,7 @@ def against(data: dict[str, dict[str, dict[int, dict]]], references: Sequence[st
                 raise ValueError(f"--against {reference!r}: experiment {name!r} has no complete runs "
                                  f"of it (it has {', '.join(strategies) or 'none'})")
             for strategy, seeds in strategies.items():
-                paired = None if strategy == reference else _paired_row(
+                paired = None if strategy == reference else paired_row(
                     f"{name}: {strategy} − {reference}", "overall", seeds, strategies[reference])
                 if paired is None:
                     continue
@@ -216,7 +216,7 @@ def report(dirs: Sequence[Path], references: Sequence[str] = (), figure: Path | 
         for strategy, seeds in strategies.items():
             reference = _reference(strategy, base)
             for key in ("overall", "others"):
-                row = None if reference is None else _paired_row(
+                row = None if reference is None else paired_row(
                     f"{name}/{strategy} − {base_name}/{reference}", key, seeds, base[reference])
                 if row is not None:
                     lines.append(row[0])

@@ -24,7 +24,7 @@ import sys
 from collections.abc import Sequence
 from pathlib import Path
 
-from experiments.paired import paired_interval, seed_metrics
+from experiments.paired import paired_row, seed_metrics
 from experiments.report import Run, load_runs, mean_std, plus_minus
 
 COLUMNS = ("experiment", "target-epsilon", "seed", "overall", "majority", "uplink_mb", "training_s",
@@ -84,23 +84,28 @@ def report(table: Sequence[dict]) -> str:
                  for k, d in (("overall", 2), ("majority", 1), ("uplink_mb", 2), ("training_s", 1))]
         lines.append(f"| {name} | {first['target-epsilon']:g} | {','.join(map(str, sorted(seeds)))} | "
                      + " | ".join(cells) + f" | {max(r['epsilon-spent'] for r in seeds.values()):.3f} |")
-    lines += ["", "| comparison | seeds | per-seed difference (pp) | mean | 95 % t interval |",
-              "|---|---|---|---|---|"]
-    base = by_name[names[0]] if names else {}
-    for name in names[1:]:
-        common = sorted(set(by_name[name]) & set(base))
-        diffs = [by_name[name][s]["overall"] - base[s]["overall"] for s in common]
-        if len(common) < 2:
-            interval = "needs 2 seeds"
-            mean = f"{diffs[0]:+.2f}" if diffs else "-"
-        else:
-            m, lo, hi = paired_interval([by_name[name][s]["overall"] for s in common],
-                                        [base[s]["overall"] for s in common])
-            mean, interval = f"{m:+.2f}", f"[{lo:+.2f}, {hi:+.2f}]"
-        lines.append(f"| {name} − {names[0]} | {','.join(map(str, common)) or '-'} | "
-                     f"{', '.join(f'{d:+.2f}' for d in diffs) or '-'} | {mean} | {interval} |")
+    lines += ["", *comparisons(by_name)]
     return "\n".join(lines) + "\n"
 
+
+def comparisons(groups: dict[str, dict[int, dict]], key: str = "overall") -> list[str]:
+    """Markdown rows of each group's paired differences in ``key`` from the first group's
+    (``groups``: name → seed → metrics), with their 95 % t interval and reading
+    (`experiments.paired.paired_row`); a group sharing fewer than 2 seeds with it gets its
+    difference alone."""
+    names = list(groups)
+    lines = ["| comparison | metric | seeds | per-seed difference (pp) | mean | 95 % t interval | reading |",
+             "|---|---|---|---|---|---|---|"]
+    for name in names[1:]:
+        label = f"{name} − {names[0]}"
+        paired = paired_row(label, key, groups[name], groups[names[0]])
+        if paired is None:
+            common = sorted(set(groups[name]) & set(groups[names[0]]))
+            diffs = [groups[name][s][key] - groups[names[0]][s][key] for s in common]
+            paired = (f"| {label} | {key} | {','.join(map(str, common)) or '-'} | "
+                      f"{', '.join(f'{d:+.2f}' for d in diffs) or '-'} | - | needs 2 seeds | - |",)
+        lines.append(paired[0])
+    return lines
 
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(prog="python -m experiments.privacy_sample",

@@ -33,7 +33,8 @@ def test_the_table_pairs_each_epsilon_with_no_privacy_by_seed(tmp_path: Path) ->
     # 70, 73, 70 %; the last cell: the largest ε any client spent in any round
     assert "| eps-1 | 1 | 0,1,2 | 71.00 ± 1.73 | 50.0 ± 0.0 | 1.00 ± 0.00 | 2.5 ± 0.0 | 0.990 |" in text
     # differences -10, -11, -12: mean -11, sd 1, t_{0.975,2} 4.302653 / sqrt 3 -> half width 2.484138
-    assert "| eps-1 − eps-inf | 0,1,2 | -10.00, -11.00, -12.00 | -11.00 | [-13.48, -8.52] |" in text
+    assert ("| eps-1 − eps-inf | overall | 0,1,2 | -10.00, -11.00, -12.00 | -11.00 | [-13.48, -8.52] "
+            "| lower |") in text
     main([str(tmp_path / "eps-inf"), str(tmp_path / "eps-1"), "--csv", str(tmp_path / "runs.csv")])
     assert report(read_csv(tmp_path / "runs.csv")) == text
 
@@ -41,7 +42,8 @@ def test_the_table_pairs_each_epsilon_with_no_privacy_by_seed(tmp_path: Path) ->
 def test_one_seed_gives_the_difference_without_an_interval(tmp_path: Path) -> None:
     _run(tmp_path / "a", 0, 0.8, None)
     _run(tmp_path / "b", 0, 0.6, 3.0)
-    assert "| b − a | 0 | -20.00 | -20.00 | needs 2 seeds |" in report(rows([tmp_path / "a", tmp_path / "b"]))
+    text = report(rows([tmp_path / "a", tmp_path / "b"]))
+    assert "| b − a | overall | 0 | -20.00 | - | needs 2 seeds | - |" in text
 
 
 def test_per_round_lists_each_clients_epsilon_and_sitting_out(tmp_path: Path) -> None:
