@@ -30,10 +30,10 @@ from safetensors.numpy import load_file, save_file
 
 from client_app import runtime as client_runtime
 from client_app.app import app as client_app
+from flower_compat.inprocess import InProcessGrid
 from server_app.app import app as server_app
 from settings import default_config
 from strategies.records import from_record
-from tests.helpers.inprocess import InProcessGrid
 
 ROOT = Path(__file__).resolve().parents[2]
 CLIENTS = 2  # two heads are enough to tell them apart; each client more is its share of 4 rounds
