@@ -5,7 +5,7 @@ federation large enough for a site to be one of many:
 
 Each (target ε, seed) is one run of the real ServerApp and ClientApp, ε = inf being ``dp = "none"``
 (example-weighted masked FedAvg, no clipping, no noise). The clients run on the in-process grid
-(`flower_compat.inprocess`), not Ray: 50 clients × 3
+(`flower_compat.inprocess`, as ``run_simulation.py --engine in-process``), not Ray: 50 clients × 3
 messages a round cost Ray several seconds a message on a shared 2-core machine, the in-process grid a
 fraction of one; the round, the apps and the files they write are the same. The default setting:
 ``tiny-vilt`` on ``synthetic`` (450 training questions, 9 per client), 50 clients with budgets 1-4

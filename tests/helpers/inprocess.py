@@ -3,7 +3,8 @@
 `Simulator` stands in for ``run_simulation.simulate`` so that ``run_simulation.main`` (config
 resolution, run directories, sweeps, resume) runs the real ServerApp and ClientApp in-process and
 keeps every run's grid, so a test can inspect the messages sent; `call_in_process` stands in for
-the sweep's subprocess of a run. The Ray path itself is tested by tests/project/test_simulation.py.
+the sweep's subprocess of a run. ``--engine in-process`` runs the same grid without keeping it; the
+Ray path itself is tested by tests/project/test_simulation.py.
 """
 
 from __future__ import annotations
