@@ -1,6 +1,7 @@
-"""Run the F3OCUS Flower app in-process with Flower's Simulation Engine (Ray backend).
+"""Run the F3OCUS Flower app in-process with Flower's Simulation Engine (Ray backend), or without Ray.
 
     python run_simulation.py [--config conf/x.toml] [--run-config "key=value ..."] [--num-clients N]
+        [--engine ray|in-process]
     python run_simulation.py --config conf/task1-hetero.toml --strategies all,lntk,f3ocus --seeds 0,1,2 \
         [--optimizers nsga2,mopso,sa,aco,abc] [--experiment NAME]
 
@@ -14,6 +15,10 @@ prints a per-client table at the end and exits non-zero if the run failed. With 
 ``<results-dir>/<experiment>/`` (every run validated first, finished runs skipped) and writes its
 tables and figures with `experiments.report`. With --ray-address (or $RAY_ADDRESS) the clients run
 on an existing Ray cluster (`experiments.ray_cluster`) instead of a Ray started on this machine.
+With --engine in-process the same ServerApp and ClientApp run in this process without Ray
+(`flower_compat.inprocess`), one client at a time: for many simulated clients (e.g. 50 sites), where
+Ray's cost per message dominates the round. Ray's resource options (--client-cpus, --client-gpus,
+--cpus) then mean nothing and --ray-address is refused; a sweep passes the engine to every run.
 """
 
 from __future__ import annotations
@@ -34,6 +39,7 @@ from settings.local import available_cores
 
 SERVER_APP = "server_app.app:app"
 CLIENT_APP = "client_app.app:app"
+ENGINES = ("ray", "in-process")
 
 
 def load_overrides(config_file: str | None, run_config: list[str]) -> dict[str, object]:
@@ -87,16 +93,19 @@ def client_count(config: RunConfig, requested: int | None) -> int:
 
 
 def preflight(config: RunConfig, num_clients: int, client_cpus: float, client_gpus: float,
-              cpus: int | None = None, ray_address: str | None = None) -> None:
-    """The checks the clients (on this machine) and the server would make, before Ray starts."""
+              cpus: int | None = None, ray_address: str | None = None, engine: str = "ray") -> None:
+    """The checks the clients (on this machine) and the server would make, before the run starts;
+    Ray's resources only on Ray (in-process clients share this process and its device)."""
     from server_app.app import plan_run
 
-    if client_cpus <= 0 or client_gpus < 0:
-        raise ConfigError(f"--client-cpus {client_cpus} / --client-gpus {client_gpus}: CPUs must be > 0, "
-                          "GPUs >= 0")
-    check_cpus(cpus, client_cpus, ray_address)
+    on_ray = engine == "ray"
+    if on_ray:
+        if client_cpus <= 0 or client_gpus < 0:
+            raise ConfigError(f"--client-cpus {client_cpus} / --client-gpus {client_gpus}: CPUs must be "
+                              "> 0, GPUs >= 0")
+        check_cpus(cpus, client_cpus, ray_address)
     check_here(config, device=not ray_address)  # on a cluster, each node judges its own device
-    if config.device.startswith("cuda") and client_gpus == 0:
+    if on_ray and config.device.startswith("cuda") and client_gpus == 0:
         raise ConfigError(f"device = {config.device!r} needs --client-gpus > 0: Ray hides the GPUs "
                           "from clients without a GPU share")
     plan_run(config)
@@ -113,15 +122,31 @@ def check_cpus(cpus: int | None, client_cpus: float, ray_address: str | None = N
         raise ConfigError(f"--cpus {cpus} must be >= --client-cpus {client_cpus}, or no client can run")
 
 
+def check_engine(engine: str, ray_address: str | None) -> None:
+    """In-process clients never touch Ray, so a Ray cluster to attach to is a mistake, not a no-op."""
+    if engine == "in-process" and ray_address:
+        raise ConfigError(f"--ray-address {ray_address!r} cannot be used with --engine in-process: its "
+                          "clients run in this process, without Ray")
+
+
 def simulate(config: RunConfig, num_clients: int, client_cpus: float, client_gpus: float,
-             cpus: int | None = None) -> None:
-    """Run the app exactly as ``flwr run`` does in its simulation process, but in this process;
+             cpus: int | None = None, engine: str = "ray") -> None:
+    """Run the app on ``engine``: ``in-process``, the ServerApp and ClientApp on
+    `flower_compat.inprocess.run_in_process`, one client at a time; ``ray`` (the default), exactly
+    as ``flwr run`` does in its simulation process, but in this process;
     ``cpus`` caps the CPUs Ray hands out (so several runs can share a machine without
     oversubscribing it: `experiments.sweep` with ``--jobs``). Unless this process is already
     attached to a cluster (`experiments.ray_cluster.attach`, in which case Flower's backend uses that
     connection), Ray starts afresh on this machine (``address = "local"``): a plain ``ray.init()``
     would join any cluster someone started here with ``ray start`` (it reads Ray's current-cluster
     file), skipping the attach checks, and hang on a stale file of a cluster that was killed."""
+    if engine == "in-process":
+        from client_app.app import app as client_app
+        from flower_compat.inprocess import run_in_process
+        from server_app.app import app as server_app
+
+        run_in_process(server_app, client_app, config.to_dict(), num_clients)
+        return
     os.environ.setdefault("RAY_ENABLE_WINDOWS_OR_OSX_CLUSTER", "0")  # Ray binds 127.0.0.1 only
     from flower_compat import simulate as simulate_app
 
@@ -174,7 +199,9 @@ def run_experiment(args: argparse.Namespace, overrides: dict[str, object], argv:
     num_clients = client_count(first, args.num_clients)
     if args.jobs < 1:
         raise ConfigError(f"--jobs {args.jobs} must be >= 1")
-    if args.ray_address:  # checked once here; every run then attaches too (its $RAY_ADDRESS)
+    if args.engine == "in-process":
+        cpus = None
+    elif args.ray_address:  # checked once here; every run then attaches too (its $RAY_ADDRESS)
         check_cpus(args.cpus, args.client_cpus, args.ray_address)
         attach_once(args.ray_address, args.client_cpus, args.client_gpus, experiment_dir)
         os.environ["RAY_ADDRESS"], cpus = args.ray_address, None
@@ -187,14 +214,14 @@ def run_experiment(args: argparse.Namespace, overrides: dict[str, object], argv:
         "commands": [shlex.join(["python", "run_simulation.py", *argv])],
         "config-file": args.config, "strategies": strategies, "seeds": seeds,
         "optimizers": optimizers, "optimizer": first.optimizer, "num-clients": num_clients,
-        "client-cpus": args.client_cpus, "jobs": args.jobs, "cpus": cpus,
+        "engine": args.engine, "client-cpus": args.client_cpus, "jobs": args.jobs, "cpus": cpus,
         "settings": {k: v for k, v in base.items() if k not in ("strategy", "seed", "run-name")},
     })
     print(f"Experiment {experiment_dir}: {len(specs)} runs; {describe(first.budgets, num_clients)}",
           flush=True)
     outcomes = sweep.run_sweep(base, specs, experiment_dir, num_clients, args.client_cpus,
                                      args.client_gpus, echo=lambda line: print(line, flush=True),
-                                     jobs=args.jobs, cpus=cpus)
+                                     jobs=args.jobs, cpus=cpus, engine=args.engine)
     written = report.write_report(experiment_dir)
     print(f"\nReport: {', '.join(str(p.relative_to(experiment_dir)) for p in written)}")
     print((experiment_dir / "table.md").read_text())
@@ -230,9 +257,13 @@ def main(argv: list[str] | None = None) -> int:
                         help="GPU share per ClientApp (0.25 lets four clients share one GPU)")
     parser.add_argument("--cpus", type=int, default=None,
                         help="CPUs Ray may use for a run (default: all; with --jobs J, cores // J)")
-    parser.add_argument("--ray-address", default=os.environ.get("RAY_ADDRESS") or None,
+    parser.add_argument("--engine", choices=ENGINES, default="ray",
+                        help="ray: Flower's Simulation Engine; in-process: the same apps in this process "
+                             "without Ray, one client at a time (for many clients, where Ray's cost per "
+                             "message dominates; --client-cpus and --cpus unused, --ray-address refused)")
+    parser.add_argument("--ray-address", default=None,
                         help="attach to a running Ray cluster ('auto' or host:port of its head; default: "
-                             "$RAY_ADDRESS) instead of starting Ray on this machine")
+                             "$RAY_ADDRESS, with --engine ray) instead of starting Ray on this machine")
     parser.add_argument("--jobs", type=int, default=1,
                         help="sweep: runs at once, each on --cpus CPUs (2 on 2 cores: one client "
                              "process per run, no core idle while a round's last client trains)")
@@ -243,12 +274,16 @@ def main(argv: list[str] | None = None) -> int:
     args = parser.parse_args(argv)
     try:
         check_version()
+        check_engine(args.engine, args.ray_address)
+        if args.engine == "ray" and args.ray_address is None:
+            args.ray_address = os.environ.get("RAY_ADDRESS") or None
         overrides = load_overrides(args.config, args.run_config)
         if any(v is not None for v in (args.strategies, args.seeds, args.optimizers)):
             return run_experiment(args, overrides, argv)
         config = resolve(overrides)
         num_clients = client_count(config, args.num_clients)
-        preflight(config, num_clients, args.client_cpus, args.client_gpus, args.cpus, args.ray_address)
+        preflight(config, num_clients, args.client_cpus, args.client_gpus, args.cpus, args.ray_address,
+                  args.engine)
         run_dir = run_dir_of(config)
         if args.ray_address:
             from experiments.ray_cluster import attach
@@ -259,7 +294,7 @@ def main(argv: list[str] | None = None) -> int:
         print(f"error: {err}", file=sys.stderr)
         return 2
     try:
-        simulate(config, num_clients, args.client_cpus, args.client_gpus, args.cpus)
+        simulate(config, num_clients, args.client_cpus, args.client_gpus, args.cpus, args.engine)
     except (Exception, SystemExit) as err:  # noqa: BLE001 - report any failure as an exit code
         print(f"error: the run failed: {err}", file=sys.stderr)
         return 1

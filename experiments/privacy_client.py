@@ -4,15 +4,15 @@ federation large enough for a site to be one of many:
     python -m experiments.privacy_client --epsilons inf,1,8,3 --seeds 0,1,2,3,4
 
 Each (target ε, seed) is one run of the real ServerApp and ClientApp, ε = inf being ``dp = "none"``
-(example-weighted masked FedAvg, no clipping, no noise). The clients run on the in-process grid of the
-tests (`tests.helpers.inprocess`), not Ray: 50 clients × 3 messages a round cost Ray several seconds a
-message on a shared 2-core machine, the in-process grid a fraction of one; the round, the apps and the
-files they write are the same. The default setting: ``tiny-vilt`` on ``synthetic`` (450 training
-questions, 9 per client), 50 clients with budgets 1-4 layers of 4, ``strategy = "last"`` (masks that
-depend on no site's data, so the ε covers everything the model reveals), a shared head (so the whole
-model goes through the noise), every site trained and evaluated every round (no sampling, so no
-amplification is claimed), z derived from the target ε over the planned rounds (``dp-noise = 0``);
-`SETTING` says why its sizes.
+(example-weighted masked FedAvg, no clipping, no noise). The clients run on the in-process grid
+(`flower_compat.inprocess`, as ``run_simulation.py --engine in-process``), not Ray: 50 clients × 3
+messages a round cost Ray several seconds a message on a shared 2-core machine, the in-process grid a
+fraction of one; the round, the apps and the files they write are the same. The default setting:
+``tiny-vilt`` on ``synthetic`` (450 training questions, 9 per client), 50 clients with budgets 1-4
+layers of 4, ``strategy = "last"`` (masks that depend on no site's data, so the ε covers everything the
+model reveals), a shared head (so the whole model goes through the noise), every site trained and
+evaluated every round (no sampling, so no amplification is claimed), z derived from the target ε over
+the planned rounds (``dp-noise = 0``); `SETTING` says why its sizes.
 
 Run folders go to ``--runs`` (finished runs are skipped, so the command resumes); written to ``--out``:
 ``runs.csv`` (one row per run: target ε, seed, noise multiplier, ε spent, accuracy before training and
@@ -67,15 +67,11 @@ def run_config(epsilon: float, seed: int, runs_dir: Path, overrides: dict[str, o
 
 def run_once(config: dict[str, object], num_clients: int) -> None:
     """One federation on the in-process grid (module doc)."""
-    from flwr.app import Context, RecordDict
-
     from client_app.app import app as client_app
+    from flower_compat.inprocess import run_in_process
     from server_app.app import app as server_app
-    from tests.helpers.inprocess import InProcessGrid
 
-    nodes = [{"partition-id": i, "num-partitions": num_clients} for i in range(num_clients)]
-    grid = InProcessGrid(client_app, nodes, config)
-    server_app(grid, Context(run_id=1, node_id=0, node_config={}, state=RecordDict(), run_config=config))
+    run_in_process(server_app, client_app, config, num_clients)
 
 
 def read_run(run_dir: Path) -> list[dict]:

@@ -130,13 +130,15 @@ class Outcome:
 
 def run_sweep(base: dict[str, object], specs: Sequence[RunSpec], experiment_dir: Path, num_clients: int,
               client_cpus: float, client_gpus: float, echo: Callable[[str], None] = print,
-              jobs: int = 1, cpus: int | None = None) -> list[Outcome]:
+              jobs: int = 1, cpus: int | None = None, engine: str = "ray") -> list[Outcome]:
     """Run every spec not yet complete, one subprocess each, `jobs` at a time (each on `cpus` CPUs,
-    ``run_simulation.py --cpus``); a failed run does not stop the sweep. Outcomes in spec order."""
+    ``run_simulation.py --cpus``, and on `engine`, ``--engine``); a failed run does not stop the
+    sweep. Outcomes in spec order."""
     for sub in (RUNS, CONFIGS, LOGS):
         (experiment_dir / sub).mkdir(parents=True, exist_ok=True)
     resources = ["--num-clients", str(num_clients), "--client-cpus", str(client_cpus),
-                 "--client-gpus", str(client_gpus), *([] if cpus is None else ["--cpus", str(cpus)])]
+                 "--client-gpus", str(client_gpus), *([] if cpus is None else ["--cpus", str(cpus)]),
+                 "--engine", engine]
 
     def one(numbered: tuple[int, RunSpec]) -> Outcome:
         i, spec = numbered

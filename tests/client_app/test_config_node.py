@@ -17,10 +17,10 @@ from flwr.app import ConfigRecord, Context, Message, RecordDict
 import tasks
 from client_app.app import app as client_app
 from client_app.node import node_settings
+from flower_compat.inprocess import InProcessGrid
 from server_app.app import app as server_app
 from settings import RunConfig, default_config
 from strategies.records import from_record, to_record
-from tests.helpers.inprocess import InProcessGrid
 from tests.helpers.runs import trained_rounds
 
 RUN = {**default_config(), "model": "tiny-vilt", "dataset": "synthetic", "partitioner": "iid",

@@ -105,3 +105,13 @@ def test_bad_jobs_or_cpus_is_one_line_naming_it_before_anything_runs(tmp_path, m
     err = capsys.readouterr().err
     assert code == 2 and named in err and len(err.strip().splitlines()) == 1, err
     assert not (tmp_path / "experiment").exists()
+
+
+@pytest.mark.parametrize("engine", run_simulation.ENGINES)
+def test_every_run_of_a_sweep_gets_its_engine(tmp_path, monkeypatch, engine):
+    fake = FakeRuns(seconds=0)
+    monkeypatch.setattr(experiments.sweep.subprocess, "call", fake)
+    specs = experiments.sweep.plan(["lntk", "random"], [0], [], "nsga2")
+    experiments.sweep.run_sweep(BASE, specs, tmp_path / "exp", 5, 1.0, 0.0, echo=lambda _: None,
+                                engine=engine)
+    assert [c[c.index("--engine") + 1] for c in fake.commands] == [engine] * len(specs)

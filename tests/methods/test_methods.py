@@ -21,13 +21,13 @@ from flwr.app import Context, RecordDict
 import methods
 from client_app.app import app as client_app
 from client_app.hooks import ClientHook
+from flower_compat.inprocess import InProcessGrid
 from methods.base import Aggregation, MethodSettings, Selection, setting
 from server_app.app import app as server_app
 from settings import ConfigError, RunConfig, default_config
 from strategies.aggregation import Aggregate, masked_fedavg
 from strategies.selection.rule import SelectionRule
 from tests.client_app.test_config_node import RUN
-from tests.helpers.inprocess import InProcessGrid
 from tests.helpers.runs import trained_rounds
 
 ROOT = Path(__file__).resolve().parents[2]

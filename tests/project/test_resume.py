@@ -1,14 +1,14 @@
 """Interrupt a run after round 2 of 4 and resume it (issue 6, "faults and restarts").
 
 The run is ``run_simulation.py`` in a child process of its own, killed with SIGKILL as soon as its
-round-2 checkpoint exists. Its clients run in that process (tests/helpers/inprocess.py ``Simulator`` in
-place of Ray): what a kill can leave behind is the run's files, which the same code writes either
-way, and Ray's start-up and two client actors cost about 45 s of the suite's CPU (Ray itself is
-run by tests/project/test_simulation.py). The resume runs the same ServerApp and ClientApp in this process
-on an in-process grid too, so every message it sends can be inspected: it
-must run rounds 3-4 only, send exactly the round-2 global adapters, and every client must start
-from the head it kept in ``<run dir>/clients/partition-<id>/`` (the simulation default): the round-2
-head, even where a round-3 head was written before the kill.
+round-2 checkpoint exists. Its clients run in that process (``--engine in-process``, no Ray): what a
+kill can leave behind is the run's files, which the same code writes either way, and Ray's start-up and
+two client actors cost about 45 s of the suite's CPU (Ray itself is run by
+tests/project/test_simulation.py). The resume runs the same ServerApp and ClientApp in this process on
+an in-process grid too, so every message it sends can be inspected: it must run rounds 3-4 only, send
+exactly the round-2 global adapters, and every client must start from the head it kept in
+``<run dir>/clients/partition-<id>/`` (the simulation default): the round-2 head, even where a round-3
+head was written before the kill.
 """
 
 from __future__ import annotations
@@ -30,10 +30,10 @@ from safetensors.numpy import load_file, save_file
 
 from client_app import runtime as client_runtime
 from client_app.app import app as client_app
+from flower_compat.inprocess import InProcessGrid
 from server_app.app import app as server_app
 from settings import default_config
 from strategies.records import from_record
-from tests.helpers.inprocess import InProcessGrid
 
 ROOT = Path(__file__).resolve().parents[2]
 CLIENTS = 2  # two heads are enough to tell them apart; each client more is its share of 4 rounds
@@ -43,8 +43,6 @@ SETTINGS = {"model": "tiny-vilt", "dataset": "synthetic", "partitioner": "iid", 
             "num-server-rounds": 4, "local-steps": 4, "batch-size": 4, "score-batch-size": 4, "lr": 0.001,
             "max-train-samples": 16, "max-test-samples": 8, "optimizer-pop-size": 8,
             "optimizer-generations": 2}
-IN_PROCESS_RUN = ("import sys, run_simulation; from tests.helpers.inprocess import Simulator; "
-                  "run_simulation.simulate = Simulator(); sys.exit(run_simulation.main(sys.argv[1:]))")
 
 
 def kill(proc: subprocess.Popen) -> None:
@@ -71,7 +69,7 @@ def interrupted(tmp_path_factory):
     tmp = tmp_path_factory.mktemp("resume")
     run_dir = tmp / "run"
     settings = {**SETTINGS, "results-dir": str(tmp), "run-name": "run"}
-    command = [sys.executable, "-c", IN_PROCESS_RUN, "--num-clients", str(CLIENTS),
+    command = [sys.executable, "run_simulation.py", "--engine", "in-process", "--num-clients", str(CLIENTS),
                "--run-config", " ".join(f"{k}={toml(v)}" for k, v in settings.items())]
     with open(tmp / "simulation.log", "wb") as log:
         proc = subprocess.Popen(command, cwd=ROOT, stdout=log, stderr=subprocess.STDOUT,

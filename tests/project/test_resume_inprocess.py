@@ -18,10 +18,11 @@ from flwr.app import MessageType
 
 import experiments.sweep
 import run_simulation
+from flower_compat.inprocess import InProcessGrid
 from server_app import results
 from strategies.records import from_record
-from tests.helpers.inprocess import InProcessGrid, call_in_process
 from tests.helpers.inprocess import Simulator as InProcessSimulator
+from tests.helpers.inprocess import call_in_process
 
 SETTINGS = {"model": "tiny-vilt", "dataset": "synthetic", "partitioner": "iid", "budgets": "2,1",
             "num-server-rounds": 2, "local-steps": 1, "batch-size": 4, "score-batch-size": 4,

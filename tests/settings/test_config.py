@@ -35,7 +35,7 @@ def no_simulation(monkeypatch):
     """Record what would be simulated, and stop there."""
     calls = []
 
-    def simulate(config, num_clients, client_cpus, client_gpus, cpus=None):
+    def simulate(config, num_clients, client_cpus, client_gpus, cpus=None, engine="ray"):
         calls.append((config, num_clients))
         raise SimulationStarted
 

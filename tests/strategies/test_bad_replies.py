@@ -17,10 +17,10 @@ from flwr.app import Array, ArrayRecord, ConfigRecord, Context, Error, Message, 
 from flwr.clientapp import ClientApp
 from flwr.common.constant import SUPERLINK_NODE_ID, ErrorCode
 
+from flower_compat.inprocess import InProcessGrid
 from strategies import LayerSelectionStrategy, RoundLog, make_rule
 from strategies.layer_selection import weighted_means
 from strategies.records import PACKED, RUNTIME, State, from_record, layer_index, runtime_record, to_record
-from tests.helpers.inprocess import InProcessGrid
 
 L = 6
 EXAMPLES = {0: 10, 1: 30, 2: 60}

@@ -14,6 +14,7 @@ from scipy import stats
 
 from client_app.app import app as client_app
 from experiments.sweep import incomplete
+from flower_compat.inprocess import InProcessGrid
 from server_app.app import app as server_app
 from settings import ConfigError, RunConfig
 from settings.privacy import PrivacySettings
@@ -22,7 +23,6 @@ from strategies.aggregation.dp import clip_update, update_norm, with_client_dp
 from strategies.privacy import ClientAccountant
 from strategies.records import from_record
 from tests.client_app.test_config_node import RUN
-from tests.helpers.inprocess import InProcessGrid
 
 
 def test_a_clipped_update_has_norm_at_most_the_clip_and_keeps_its_direction():

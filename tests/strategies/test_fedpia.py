@@ -18,6 +18,7 @@ import tasks
 from client_app import pia as client_app_pia
 from client_app.app import app as client_app
 from client_app.personal import LOCAL, load_local_adapters, load_personal, save_personal
+from flower_compat.inprocess import InProcessGrid
 from server_app.app import STRATEGIES, aggregator_for, build_strategy
 from server_app.app import app as server_app
 from server_app.results import Recorder
@@ -28,7 +29,6 @@ from strategies.records import from_record
 from tasks import client_pia
 from tasks.alignment import lora_pairs, match_neurons, neuron_supports, permute_pair
 from tests.client_app.test_config_node import RUN
-from tests.helpers.inprocess import InProcessGrid
 from tests.helpers.runs import trained_rounds
 from tests.project.test_resume_inprocess import assert_same
 

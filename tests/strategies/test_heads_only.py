@@ -16,10 +16,10 @@ from safetensors.numpy import load_file
 import tasks
 from client_app.app import app as client_app
 from client_app.runtime import client_setup
+from flower_compat.inprocess import InProcessGrid
 from server_app.app import app as server_app
 from strategies.records import from_record, to_record
 from tests.client_app.test_config_node import RUN, node, score, train
-from tests.helpers.inprocess import InProcessGrid
 from tests.strategies.test_strategy import initial_state, run_round
 
 

@@ -12,11 +12,11 @@ from safetensors.numpy import load_file
 
 import tasks
 from client_app.app import app as client_app
+from flower_compat.inprocess import InProcessGrid
 from server_app.app import app as server_app
 from settings import default_config
 from strategies.records import from_record
 from tasks.data import load_partition
-from tests.helpers.inprocess import InProcessGrid
 from tests.helpers.runs import trained_rounds
 
 RUN = {"model": "tiny-vilt", "dataset": "synthetic", "partitioner": "iid", "budgets": "2",

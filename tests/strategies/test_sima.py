@@ -12,6 +12,7 @@ from flwr.app import ConfigRecord, Message, RecordDict
 
 import tasks
 from client_app.app import app as client_app
+from flower_compat.inprocess import InProcessGrid
 from methods import AGGREGATIONS, resolve
 from settings import ConfigError, RunConfig, default_config
 from strategies.aggregation import ClientUpdate
@@ -20,7 +21,6 @@ from strategies.records import from_record, to_record
 from tasks.mosaic import GATE, GLOBAL, LOCAL, SimaTracker, last_layer_gradient
 from tasks.mosaic.sima import column_normalised
 from tests.client_app.test_config_node import RUN
-from tests.helpers.inprocess import InProcessGrid
 
 
 @pytest.fixture(scope="module")

@@ -7,10 +7,10 @@ import pytest
 from flwr.app import Array, Context, Message, MetricRecord, RecordDict
 from flwr.clientapp import ClientApp
 
+from flower_compat.inprocess import InProcessGrid
 from metaheuristics import optimize
 from strategies import Aggregate, LayerSelectionStrategy, RoundLog, make_rule
 from strategies.records import RUNTIME, from_record, layer_index, record_bytes, runtime_record, to_record
-from tests.helpers.inprocess import InProcessGrid
 
 L = 6
 EXAMPLES = {0: 10, 1: 30, 2: 60}

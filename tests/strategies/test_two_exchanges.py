@@ -22,6 +22,7 @@ from flwr.app import ConfigRecord, Context, MessageType, RecordDict
 from safetensors.numpy import load_file
 
 from client_app.app import app as client_app
+from flower_compat.inprocess import InProcessGrid
 from server_app.app import app as server_app
 from server_app.app import build_strategy, plan_run
 from server_app.results import Recorder
@@ -29,7 +30,6 @@ from settings import RunConfig
 from strategies import LayerSelectionStrategy, RoundLog, make_rule
 from strategies.records import to_record
 from tests.client_app.test_config_node import RUN
-from tests.helpers.inprocess import InProcessGrid
 from tests.strategies.test_strategy import initial_state, scripted_app
 
 ROUNDS = 3

@@ -22,12 +22,12 @@ from torch import nn
 
 import run_simulation
 import tasks
+from flower_compat.inprocess import InProcessGrid
 from settings import RunConfig, default_config
 from tasks.data import registry as data_registry
 from tasks.data.types import Source, Split
 from tasks.models import registry as model_registry
 from tasks.models.base import FederatedVLM, images_to_tensor
-from tests.helpers.inprocess import InProcessGrid
 from tests.helpers.inprocess import Simulator as InProcessSimulator
 
 MODEL, DATASET = "planted-mlp", "planted-colours"

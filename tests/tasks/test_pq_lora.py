@@ -12,13 +12,13 @@ from torch import nn
 
 import tasks
 from client_app.app import app as client_app
+from flower_compat.inprocess import InProcessGrid
 from server_app.app import app as server_app
 from strategies.records import from_record
 from tasks.mosaic import MosaicLinear, block_layers
 from tasks.mosaic.align import _capture, _rows, public_samples
 from tasks.mosaic.modules import orthonormal, seeded_generator
 from tests.client_app.test_config_node import RUN
-from tests.helpers.inprocess import InProcessGrid
 from tests.helpers.runs import trained_rounds
 
 
