@@ -65,14 +65,12 @@ def load_overrides(config_file: str | None, run_config: list[str]) -> dict[str, 
 
 def resolve(overrides: dict[str, object]) -> RunConfig:
     """Fuse defaults and overrides, validate, and fix a run name so the results can be found."""
-    from server_app.app import STRATEGIES
-
     values = {**default_config(), **overrides}
-    config = RunConfig.from_mapping(values, strategies=STRATEGIES)
+    config = RunConfig.from_mapping(values)
     if not config.run_name and not config.resume_from:
         values["run-name"] = f"{config.strategy}-{config.optimizer}-{time.strftime('%Y%m%d-%H%M%S')}"
     values["progress-bar"] = True
-    return RunConfig.from_mapping(values, strategies=STRATEGIES)
+    return RunConfig.from_mapping(values)
 
 
 DEFAULT_CLIENTS = 5
@@ -180,10 +178,9 @@ def run_dir_of(config: RunConfig) -> Path:
 def run_experiment(args: argparse.Namespace, overrides: dict[str, object], argv: list[str]) -> int:
     """The strategy × seed (× optimiser) sweep, then its report."""
     from experiments import report, sweep
-    from server_app.app import STRATEGIES
 
     base = {**default_config(), **overrides}
-    first = RunConfig.from_mapping(base, strategies=STRATEGIES)
+    first = RunConfig.from_mapping(base)
     strategies = (sweep.parse_list("--strategies", args.strategies) if args.strategies is not None
                   else [first.strategy])
     seeds = (sweep.parse_list("--seeds", args.seeds, int) if args.seeds is not None
@@ -195,7 +192,7 @@ def run_experiment(args: argparse.Namespace, overrides: dict[str, object], argv:
         raise ConfigError(f"--experiment {name!r} must be a plain directory name")
     experiment_dir = (Path(first.results_dir) / name).expanduser().resolve()
     specs = sweep.plan(strategies, seeds, optimizers, first.optimizer)
-    sweep.validate(base, specs, experiment_dir, STRATEGIES)
+    sweep.validate(base, specs, experiment_dir)
     num_clients = client_count(first, args.num_clients)
     if args.jobs < 1:
         raise ConfigError(f"--jobs {args.jobs} must be >= 1")

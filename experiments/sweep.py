@@ -81,11 +81,10 @@ def run_values(base: dict[str, object], spec: RunSpec, experiment_dir: Path) -> 
             "run-name": spec.name, "results-dir": str(experiment_dir / RUNS), "resume-from": ""}
 
 
-def validate(base: dict[str, object], specs: Sequence[RunSpec], experiment_dir: Path,
-             strategies: tuple[str, ...]) -> None:
+def validate(base: dict[str, object], specs: Sequence[RunSpec], experiment_dir: Path) -> None:
     """Every run's config is checked before the first run starts (ConfigError names the key)."""
     for spec in specs:
-        RunConfig.from_mapping(run_values(base, spec, experiment_dir), strategies=strategies)
+        RunConfig.from_mapping(run_values(base, spec, experiment_dir))
 
 
 def incomplete(run_dir: Path, num_rounds: int) -> str | None:

@@ -12,7 +12,6 @@ import numpy as np
 from flwr.app import Context
 from flwr.serverapp import Grid, ServerApp
 
-import methods
 import tasks
 from flower_compat import FlowerVersionError, check_version
 from server_app.results import Recorder, load_checkpoint
@@ -25,7 +24,6 @@ from strategies.records import State, to_record
 log = getLogger("flwr").log  # Flower's logger: its handlers reach the console and `flwr run --stream`
 
 app = ServerApp()
-STRATEGIES = tuple(methods.SELECTIONS)  # the sweep's default list (run_simulation.py)
 
 
 def run_directory(config: RunConfig) -> Path:

@@ -157,9 +157,9 @@ class RunConfig:
         return cls.run_keys() + tuple(key for owner in cls.owners() for key in owner.own_keys())
 
     @classmethod
-    def from_mapping(cls, values: Mapping[str, object], strategies: tuple[str, ...] = ()
-                     ) -> RunConfig:
-        """Validate a (fused) run config; ``strategies``, if given, restricts the strategy names."""
+    def from_mapping(cls, values: Mapping[str, object]) -> RunConfig:
+        """Validate a (fused) run config: every key, type and range, and every name against its
+        registry (`methods`, the model and data set registries)."""
         unknown = sorted(set(values) - set(cls.keys()))
         if unknown:
             raise ConfigError(f"unknown run-config key {unknown[0]!r} (= {values[unknown[0]]!r})")
@@ -174,7 +174,7 @@ class RunConfig:
         except ValueError as err:
             raise ConfigError(str(err)) from None
         config = cls(**kwargs, owned=owned)
-        config._check_names(strategies)
+        config._check_names()
         parse_budgets(config.budgets)
         return config
 
@@ -210,7 +210,7 @@ class RunConfig:
         """``client-groups`` parsed (`parse_groups`)."""
         return parse_groups(self.client_groups)
 
-    def _check_names(self, strategies: tuple[str, ...]) -> None:
+    def _check_names(self) -> None:
         check_dataset(self.dataset)
         try:
             parse_partitioner(self.partitioner)
@@ -241,9 +241,6 @@ class RunConfig:
         if self.run_name in (".", "..") or "/" in self.run_name or "\\" in self.run_name:
             raise ConfigError(f"run-name = {self.run_name!r} must be a plain folder name")
         self._check_privacy()
-        if strategies and self.strategy not in strategies:
-            raise ConfigError(
-                f"strategy = {self.strategy!r} is unknown; choose one of {', '.join(strategies)}")
 
     def _check_privacy(self) -> None:
         """``dp = "sample"``: refuse, in one line with the reason, what per-sample DP-SGD cannot cover

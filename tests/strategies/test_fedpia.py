@@ -19,7 +19,7 @@ from client_app import pia as client_app_pia
 from client_app.app import app as client_app
 from client_app.personal import LOCAL, load_local_adapters, load_personal, save_personal
 from flower_compat.inprocess import InProcessGrid
-from server_app.app import STRATEGIES, aggregator_for, build_strategy
+from server_app.app import aggregator_for, build_strategy
 from server_app.app import app as server_app
 from server_app.results import Recorder
 from settings import ConfigError, RunConfig, default_config
@@ -285,7 +285,7 @@ def test_a_bad_fedpia_setting_is_a_one_line_error_naming_it(key):
 def test_the_server_binds_the_fedpia_settings(tmp_path):
     values = {**default_config(), "aggregation": "fedpia", "fedpia-gamma": 0.25,
               "fedpia-integration": "paper", "fedpia-level": "client", "fedpia-iterations": 3}
-    config = RunConfig.from_mapping(values, strategies=STRATEGIES)
+    config = RunConfig.from_mapping(values)
     strategy = build_strategy(config, 6, Recorder(tmp_path / "run", 1, [f"l{i}" for i in range(6)]))
     assert strategy.aggregator.func is fedpia and strategy.aggregator.__name__ == "fedpia"
     assert strategy.aggregator.keywords == {"gamma": 0.25, "integration": "paper", "align": False,

@@ -137,9 +137,9 @@ def test_synflow_is_data_free(data):
 
 
 def test_baselines_are_valid_strategy_names_and_unknown_scorer_fails(data):
-    from server_app.app import STRATEGIES
+    from methods import SELECTIONS
 
-    assert set(BASELINE_SCORERS) <= set(STRATEGIES)
+    assert set(BASELINE_SCORERS) <= set(SELECTIONS)
     assert SCORERS[0] == "lntk" and len(SCORERS) == 8
     with pytest.raises(ValueError, match="score = 'nope' is unknown"):
         score_layers(build(data), data.train[:2], "nope")
