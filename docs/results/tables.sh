@@ -21,3 +21,4 @@ x $R/README.md $R/bench-yesno-budget/budget_sweep.csv --section "Budget sweep" -
 x $R/sensitivity-aggregation.md $R/sensitivity-aggregation/paired.csv --section "Results" --table 1
 python -m experiments.paired --redraw $R/bench-agg/vs-fedavg.csv $R/bench-agg/vs-local.csv $R/bench-agg/types-vs-fedavg.csv
 python -m experiments.budget_sweep --redraw $R/bench-yesno-budget/budget_sweep.csv
+python -m experiments.privacy_client --redraw --out $R/privacy-client
