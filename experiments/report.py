@@ -7,7 +7,8 @@ Writes into the experiment directory (see `experiments.sweep`):
   of every client and the overall mean weighted by test examples (accuracy for VQA clients, micro-F1
   for multi-label clients, in %), uplink MB per round, seconds per round and the server step's
   seconds per round (the layer assignment; paper supplement Table 5), each as mean ± sample
-  standard deviation (ddof = 1) over seeds; F3OCUS is the run with the config's optimiser;
+  standard deviation (ddof = 1) over seeds; F3OCUS is the run with the config's optimiser; a last
+  row, ``zero-shot (round 0)``, scores the initial model (no training) from the round-0 evaluation;
 - ``optimizers.md``: F3OCUS with each optimiser the sweep ran (paper Tables 4 and 6);
 - ``convergence.png`` (Fig. 2): training loss per round per strategy, mean ± std over seeds;
 - ``accuracy.png``: test accuracy per round per strategy (VQA clients), mean ± std over seeds;
@@ -27,7 +28,7 @@ import csv
 import json
 import sys
 from collections.abc import Callable, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 
 import numpy as np
@@ -46,13 +47,14 @@ def _lines(path: Path) -> list[dict]:
 @dataclass(frozen=True)
 class Run:
     """One finished run's files; ``rounds`` and ``clients`` hold its trained rounds (1..N), not
-    round 0 (the initial adapters' evaluation)."""
+    round 0 (the initial adapters' evaluation), whose client rows are ``initial``."""
 
     name: str
     config: dict
     rounds: list[dict]
     clients: list[dict]
     fronts: list[dict]
+    initial: list[dict] = field(default_factory=list)
 
     @property
     def strategy(self) -> str:
@@ -79,10 +81,9 @@ def client_score(row: dict) -> float:
     return float(ev["accuracy"] if "accuracy" in ev else ev["f1_micro"])
 
 
-def run_metrics(run: Run) -> dict[str, float]:
-    """Per-client final scores (%), weighted overall (%) and majority-answer accuracy (%, VQA),
-    uplink MB, seconds and server-step seconds per round."""
-    rows = run.final_clients()
+def score_metrics(rows: Sequence[dict]) -> dict[str, float]:
+    """Per-client scores (%), their overall mean weighted by test examples (%) and the
+    majority-answer accuracy (%, VQA clients) of one round's evaluated client rows."""
     scores = np.array([client_score(r) for r in rows])
     weights = np.array([r["evaluate"]["num-examples"] for r in rows], dtype=float)
     out = {f"c{r['partition-id']}": 100 * s for r, s in zip(rows, scores, strict=True)}
@@ -90,6 +91,12 @@ def run_metrics(run: Run) -> dict[str, float]:
     majority = [r["evaluate"].get("majority-accuracy") for r in rows]
     if all(m is not None for m in majority):  # always answering each client's most frequent answer
         out["majority"] = 100 * float(np.array(majority, dtype=float) @ weights / weights.sum())
+    return out
+
+
+def run_metrics(run: Run) -> dict[str, float]:
+    """`score_metrics` of the final round, uplink MB, seconds and server-step seconds per round."""
+    out = score_metrics(run.final_clients())
     out["uplink_mb"] = float(np.mean([r["bytes-up"] for r in run.rounds])) / MB
     out["seconds"] = float(np.mean([r["seconds"] for r in run.rounds]))
     server = [r.get("phase-seconds", {}).get("optimising", np.nan) for r in run.rounds]
@@ -109,9 +116,11 @@ def load_runs(experiment_dir: Path) -> tuple[list[Run], list[str]]:
         if config is None or not is_complete(run_dir, int(config["num-server-rounds"])):
             incomplete.append(run_dir.name)
             continue
-        trained = ([r for r in _lines(run_dir / name) if r["round"] > 0]  # round 0: initial evaluation
-                   for name in ("rounds.jsonl", "clients.jsonl"))
-        runs.append(Run(run_dir.name, config, *trained, _lines(run_dir / "fronts.jsonl")))
+        rounds, clients = (_lines(run_dir / name) for name in ("rounds.jsonl", "clients.jsonl"))
+        initial = sorted((r for r in clients if r["round"] == 0 and r["evaluate"]),
+                         key=lambda r: r["partition-id"])
+        runs.append(Run(run_dir.name, config, [r for r in rounds if r["round"] > 0],
+                        [r for r in clients if r["round"] > 0], _lines(run_dir / "fronts.jsonl"), initial))
     return runs, incomplete
 
 
@@ -138,6 +147,29 @@ def summarise(runs: Sequence[Run], groups: Sequence[str]) -> list[dict]:
     return rows
 
 
+ZERO_SHOT = "zero-shot (round 0)"
+
+
+def zero_shot(runs: Sequence[Run]) -> dict | None:
+    """The `summarise` row of the initial model (issue 37's zero-shot row): per seed, the scores of
+    the round-0 evaluation, which every run of a seed makes of the same model before any strategy
+    acts (averaged over those runs); no uplink. None where no run evaluated round 0."""
+    by_seed: dict[int, list[dict]] = {}
+    for run in runs:
+        if run.initial:
+            by_seed.setdefault(run.seed, []).append(score_metrics(run.initial))
+    if not by_seed:
+        return None
+    seeds = sorted(by_seed)
+    per_seed = [{k: float(np.mean([m[k] for m in by_seed[s]])) for k in by_seed[s][0]} for s in seeds]
+    row: dict = {"strategy": ZERO_SHOT, "seeds": seeds}
+    for key in per_seed[0]:
+        row[key] = mean_std([m[key] for m in per_seed])
+    row["uplink_mb"] = (0.0, 0.0)
+    row["seconds"] = row["server_s"] = (np.nan, np.nan)
+    return row
+
+
 def _metric_name(runs: Sequence[Run]) -> str:
     kinds = {"accuracy" in r["evaluate"] for run in runs for r in run.final_clients()}
     return {frozenset({True}): "accuracy", frozenset({False}): "micro-F1"}.get(
@@ -149,8 +181,11 @@ def _client_label(key: str, budgets: list) -> str:
 
 
 def plus_minus(value: tuple[float, float], digits: int) -> str:
-    """'mean ± std' of a `mean_std` pair (the mean alone where the std is NaN: one seed)."""
+    """'mean ± std' of a `mean_std` pair (the mean alone where the std is NaN: one seed; '-' where
+    the mean is NaN: not measured)."""
     mean, std = value
+    if np.isnan(mean):
+        return "-"
     return f"{mean:.{digits}f}" if np.isnan(std) else f"{mean:.{digits}f} ± {std:.{digits}f}"
 
 
@@ -215,6 +250,7 @@ def write_report(experiment_dir: Path) -> list[Path]:
     written = []
     header = _header(experiment_dir, info, runs, incomplete)
     if rows:
+        rows += [row for row in [zero_shot(runs)] if row is not None]
         (experiment_dir / "table.md").write_text(header + markdown_table(rows, budgets))
         write_csv(experiment_dir / "table.csv", rows)
         written += [experiment_dir / "table.md", experiment_dir / "table.csv"]

@@ -19,6 +19,7 @@ import pytest
 
 import experiments.sweep
 import run_simulation
+from experiments import report
 from tests.helpers.inprocess import Simulator, call_in_process
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -61,9 +62,10 @@ def experiment(tmp_path_factory):
     return tmp / "exp", config, proc
 
 
-def final_accuracy(run_dir: Path) -> tuple[float, dict[int, float]]:
+def final_accuracy(run_dir: Path, round_: int | None = None) -> tuple[float, dict[int, float]]:
+    """Overall and per-client accuracy of a round (default the last) from ``clients.jsonl``."""
     rows = [json.loads(line) for line in (run_dir / "clients.jsonl").read_text().splitlines()]
-    last = [r for r in rows if r["round"] == max(r["round"] for r in rows)]
+    last = [r for r in rows if r["round"] == (max(r["round"] for r in rows) if round_ is None else round_)]
     acc = np.array([r["evaluate"]["accuracy"] for r in last])
     n = np.array([r["evaluate"]["num-examples"] for r in last])
     return float(acc @ n / n.sum()), {r["partition-id"]: r["evaluate"]["accuracy"] for r in last}
@@ -85,7 +87,12 @@ def test_sweep_runs_every_strategy_and_seed(experiment):
 def test_table_holds_mean_and_std_over_seeds_of_the_run_files(experiment):
     exp, _, _ = experiment
     rows = {r["strategy"]: r for r in csv.DictReader((exp / "table.csv").read_text().splitlines())}
-    assert list(rows) == ["lntk", "f3ocus"]
+    assert list(rows) == ["lntk", "f3ocus", report.ZERO_SHOT]
+    # zero-shot: round 0 evaluates the same initial model in both strategies' runs of a seed
+    initial = [[final_accuracy(exp / "runs" / f"{p}-s{s}", 0)[0] for p in ("lntk", "f3ocus-nsga2")]
+               for s in (0, 1)]
+    assert all(a == pytest.approx(b) for a, b in initial)
+    assert float(rows[report.ZERO_SHOT]["overall_mean"]) == pytest.approx(100 * np.mean(initial), abs=1e-4)
     for strategy, prefix in (("lntk", "lntk"), ("f3ocus", "f3ocus-nsga2")):
         overall, clients = zip(*(final_accuracy(exp / "runs" / f"{prefix}-s{s}") for s in (0, 1)),
                                strict=True)

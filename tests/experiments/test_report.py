@@ -22,12 +22,14 @@ def write_run(root: Path, name: str, strategy: str, seed: int, acc: tuple[float,
     config = {"strategy": strategy, "seed": seed, "optimizer": optimizer, "budgets": "2,1",
               "num-server-rounds": 2, "layer-names": LAYERS}
     (run / "config.json").write_text(json.dumps(config))
-    # round 0, the initial evaluation (issue 38): numbers no table or figure may include
+    # round 0, the initial evaluation (issue 38): only the zero-shot row may include it; client 0
+    # scores 0.01 × (seed + 1), client 1 scores 0
     rounds = [{"round": 0, "seconds": 1e4, "bytes-up": 0, "phase-seconds": {"optimising": 0.0},
                "train": {}, "evaluate": {"accuracy": 0.01}}]
     clients = [{"round": 0, "partition-id": pid, "budget": None, "eigenvalues": None, "scores": None,
-                "mask": None, "evaluate": {"accuracy": 0.01, "num-examples": 1, "majority-accuracy": 0.0},
-                "bytes-up": 0} for pid in range(2)]
+                "mask": None, "evaluate": {"accuracy": 0.01 * (seed + 1) * (pid == 0), "num-examples": n,
+                                           "majority-accuracy": 0.0},
+                "bytes-up": 0} for pid, n in enumerate((30, 10))]
     for r in (1, 2):
         rounds.append({"round": r, "seconds": 10.0 * r + seed, "bytes-up": 1e6 * (r + seed),
                        "phase-seconds": {"optimising": 0.1 * r + seed},
@@ -69,7 +71,7 @@ def test_table_means_and_sample_stds_are_exact(experiment):
     root, accs = experiment
     written = report.write_report(root)
     rows = {r["strategy"]: r for r in csv.DictReader((root / "table.csv").read_text().splitlines())}
-    assert list(rows) == ["lntk", "f3ocus"]
+    assert list(rows) == ["lntk", "f3ocus", report.ZERO_SHOT]
     for strategy, values in accs.items():
         overall = [100 * (30 * a + 10 * b) / 40 for a, b in values]
         assert float(rows[strategy]["overall_mean"]) == pytest.approx(np.mean(overall), abs=1e-3)
@@ -91,6 +93,22 @@ def test_table_means_and_sample_stds_are_exact(experiment):
             "layer_ranks.png", "selection_histogram.png", "pareto_front.png"} <= names
     optimizers = (root / "optimizers.md").read_text()
     assert "| f3ocus-nsga2 | 0,1,2 |" in optimizers and "| f3ocus-sa | 0 |" in optimizers
+
+
+def test_zero_shot_row_is_the_round_0_evaluation_per_seed(experiment):
+    """Round 0 planted: client 0 (30 examples) scores 1 % × (seed + 1), client 1 (10) scores 0, the
+    same in every run of a seed; seeds 0-2 (seed 3's only run is incomplete and left out)."""
+    root, _ = experiment
+    report.write_report(root)
+    row = {r["strategy"]: r for r in csv.DictReader((root / "table.csv").read_text().splitlines())}[
+        report.ZERO_SHOT]
+    overall = [0.75 * (seed + 1) for seed in range(3)]
+    assert row["seeds"] == "0 1 2"
+    assert float(row["overall_mean"]) == pytest.approx(np.mean(overall))
+    assert float(row["overall_std"]) == pytest.approx(np.std(overall, ddof=1))
+    assert float(row["c1_mean"]) == 0.0 and float(row["uplink_mb_mean"]) == 0.0
+    assert f"| {report.ZERO_SHOT} | 0,1,2 | 2.0 ± 1.0 | 0.0 ± 0.0 | **1.50 ± 0.75** |" in (
+        root / "table.md").read_text()
 
 
 def test_round_curves_are_each_seeds_round_log(experiment):
