@@ -193,6 +193,15 @@ def _optimiser_batch() -> tuple[int, float]:
     return int(found[1]), float(found[2])
 
 
+GEN = "bench-gen/selection-paired.csv"
+
+
+def _gen_uplink_share() -> float:
+    """F3OCUS's uplink per round on bench-gen as % of `all`'s."""
+    name = "bench-gen/selection.csv"
+    return 100 * value(name, "f3ocus", "uplink_mb_mean") / value(name, "all", "uplink_mb_mean")
+
+
 def _screening(*cells: tuple[str, str]) -> list[float]:
     return [value("sensitivity/screening.csv", row, col, "#") for row, col in cells]
 
@@ -238,6 +247,17 @@ CHECKS: tuple[Check, ...] = (
     Check("`docs/results/bench-agg/sweep.sh`, {} runs in {} h with `--jobs 2`", ("bench-agg/sweep_time.csv",),
           lambda: [sum(column("bench-agg/sweep_time.csv", "runs")[:-1]),  # every row but "all"
                    _wall_hours("bench-agg/sweep_time.csv")]),
+    Check("all − none = {} points, interval [{}, {}]", (GEN,),
+          lambda: interval(GEN, "bench-gen: all", "none")),
+    Check("It uplinks {} % of `all`'s bytes", ("bench-gen/selection.csv",), lambda: [_gen_uplink_share()]),
+    Check("ends {} points under `all` ([{}, {}])", (GEN,),
+          lambda: (lambda m, lo, hi: [-m, lo, hi])(*interval(GEN, "bench-gen: f3ocus-nsga2", "all"))),
+    Check("It is not distinguishable from `random` ({} points, [{}, {}])", (GEN,),
+          lambda: interval(GEN, "bench-gen: f3ocus-nsga2", "random")),
+    Check("FedAvg beats training each client alone by {} points ([{}, {}] against local)",
+          ("bench-gen/vs-fedavg.csv",),
+          lambda: (lambda m, lo, hi: [-m, -hi, -lo])(
+              *interval("bench-gen/vs-fedavg.csv", "bench-gen-local/all", "bench-gen"))),
     Check("heads alone {} % at head-lr 3e-3 against {} % at 1e-4, all adapters {} % against {} %, and {} % "
           "at 1e-4 after 160 steps", ("sensitivity/screening.csv",),
           lambda: _screening(("1", "none"), ("6", "none"), ("1", "all"), ("6", "all"), ("5", "all"))),
