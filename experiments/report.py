@@ -153,7 +153,7 @@ ZERO_SHOT = "zero-shot (round 0)"
 def zero_shot(runs: Sequence[Run]) -> dict | None:
     """The `summarise` row of the initial model (issue 37's zero-shot row): per seed, the scores of
     the round-0 evaluation, which every run of a seed makes of the same model before any strategy
-    acts (averaged over those runs); no uplink. None where no run evaluated round 0."""
+    acts (averaged over those runs); no uplink, no seconds. None where no run evaluated round 0."""
     by_seed: dict[int, list[dict]] = {}
     for run in runs:
         if run.initial:
@@ -166,7 +166,6 @@ def zero_shot(runs: Sequence[Run]) -> dict | None:
     for key in per_seed[0]:
         row[key] = mean_std([m[key] for m in per_seed])
     row["uplink_mb"] = (0.0, 0.0)
-    row["seconds"] = row["server_s"] = (np.nan, np.nan)
     return row
 
 
@@ -181,11 +180,8 @@ def _client_label(key: str, budgets: list) -> str:
 
 
 def plus_minus(value: tuple[float, float], digits: int) -> str:
-    """'mean ± std' of a `mean_std` pair (the mean alone where the std is NaN: one seed; '-' where
-    the mean is NaN: not measured)."""
+    """'mean ± std' of a `mean_std` pair (the mean alone where the std is NaN: one seed)."""
     mean, std = value
-    if np.isnan(mean):
-        return "-"
     return f"{mean:.{digits}f}" if np.isnan(std) else f"{mean:.{digits}f} ± {std:.{digits}f}"
 
 
@@ -202,7 +198,8 @@ def markdown_table(rows: Sequence[dict], budgets: list) -> str:
         cells.append(f"**{plus_minus(row['overall'], 2)}**")
         if majority:
             cells.append(plus_minus(row["majority"], 1) if "majority" in row else "-")
-        cells += [plus_minus(row[k], d) for k, d in (("uplink_mb", 2), ("seconds", 1), ("server_s", 3))]
+        cells += [plus_minus(row[k], d) if k in row else "-"
+                  for k, d in (("uplink_mb", 2), ("seconds", 1), ("server_s", 3))]
         lines.append("| " + " | ".join(cells) + " |")
     return "\n".join(lines) + "\n"
 
