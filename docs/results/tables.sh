@@ -23,3 +23,4 @@ x $R/sensitivity-aggregation.md $R/sensitivity-aggregation/paired.csv --section 
 python -m experiments.paired --redraw $R/bench-agg/vs-fedavg.csv $R/bench-agg/vs-local.csv $R/bench-agg/types-vs-fedavg.csv $R/bench-gen/vs-fedavg.csv
 python -m experiments.budget_sweep --redraw $R/bench-yesno-budget/budget_sweep.csv
 python -m experiments.privacy_client --redraw --out $R/privacy-client
+python -m experiments.report --from-tables $R/bench-gen
