@@ -126,6 +126,26 @@ def test_the_projector_is_the_head_private_or_shared_and_strategy_none_trains_on
     assert trainable == [f"{smol_llava.PROJECTOR}.{p}" for p in PROJECTOR]
 
 
+def test_a_bfloat16_decoder_keeps_the_projector_float32_so_it_travels_and_trains(partition, sliced):
+    """``dtype = "bfloat16"`` (``auto`` on a CUDA GPU) casts the decoder only: the projector is
+    trained and aggregated every round, and a bfloat16 one has no numpy dtype to travel in (the
+    run used to stop at the first aggregate it received)."""
+    model = build(partition, shared_head=True, dtype="bfloat16")
+    frozen = {p.dtype for n, p in model.named_parameters() if "language_model" in n and "lora_" not in n}
+    assert frozen == {torch.bfloat16}
+    state = tasks.get_layer_state(model, [0])  # block 0's LoRA and the projector (unit L)
+    assert any(smol_llava.PROJECTOR in k for k in state)
+    assert {v.dtype for v in state.values()} == {np.dtype(np.float32)}
+    tasks.set_layer_state(model, {k: v + 0.01 for k, v in state.items()})
+    mask = np.zeros(len(model.layer_names), dtype=bool)
+    mask[0] = True
+    stats = tasks.train(model, partition.train, mask, steps=2, batch_size=2, lr=1e-3)
+    assert np.isfinite(stats["train_loss"])
+    moved = tasks.get_layer_state(model, [0])
+    assert all(not np.allclose(moved[k], state[k] + 0.01) for k in state if smol_llava.PROJECTOR in k)
+    assert len(model.generate_answers(partition.test[:2])) == 2
+
+
 def test_lntk_per_block_equals_brute_force_on_a_two_block_slice(partition, both):
     """In float32 (float64 doubles the cost of the 49,152-word output layer) with a tolerance of
     2e-3: rounding moves λ₁ by about 1e-5 relative, a wrong per-sample gradient by far more."""
