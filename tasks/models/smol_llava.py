@@ -258,12 +258,12 @@ def build_smol_llava(vlm_layers: str = "language", max_new_tokens: int = 0,
     """`smol-llava` as a `GenerativeVLM`: selectable layers are the tower's 7 stages (``vision``),
     the decoder's blocks (``language``) or both; the projector is the model's head (module doc).
 
-    ``dtype`` is the decoder's (its blocks and tied output layer): the projector trains and is
-    aggregated every round like the adapters, so it stays float32 as they do, and so does the image
-    encoder that feeds it (3.4 M parameters); LLaVA casts the image tokens to the decoder's dtype."""
+    ``dtype`` is the decoder's (its blocks, and the output layer tied to its embedding): the
+    projector trains and is aggregated every round like the adapters, so it stays float32 as they
+    do, and so does the image encoder that feeds it (3.4 M parameters); LLaVA casts the image
+    tokens to the decoder's dtype."""
     backbone, processor = smol_llava(blocks)
     backbone.model.language_model.to(dtype)
-    backbone.lm_head.to(dtype)
     model = GenerativeVLM(backbone, processor, vlm_layers, max_new_tokens)
     keep = [i for i, name in enumerate(model.layer_names) if name != PROJECTOR]
     model.layer_names = [model.layer_names[i] for i in keep]
