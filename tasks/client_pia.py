@@ -72,7 +72,7 @@ def activation_supports(model: FederatedVLM, samples: Sequence[Sample],
         lora_a = modules[name].lora_A[ADAPTER]
 
         def record(module: nn.Module, args: tuple, output: torch.Tensor) -> None:
-            x = args[0]
+            x = args[0].to(lora_a.weight.dtype)  # the adapter's dtype (float32 under a bfloat16 base)
             for chunks, w in zip(found[name], weights[name], strict=True):
                 w = torch.as_tensor(w, dtype=x.dtype, device=x.device)
                 chunks.append(_reduce(functional_call(lora_a, {"weight": w}, (x,)), lora_a, len(samples)))
@@ -132,8 +132,10 @@ def combined(model: FederatedVLM, frozen: Mapping[str, np.ndarray]) -> Iterator[
 
     def hook(a: torch.Tensor, b: torch.Tensor, scale: float):
         def add(module: nn.Module, args: tuple, output: torch.Tensor) -> torch.Tensor:
-            hidden = functional_call(module.lora_A[ADAPTER], {"weight": a}, (args[0],))
-            return output + scale * functional_call(module.lora_B[ADAPTER], {"weight": b}, (hidden,))
+            # peft's rule: the adapter computes in its dtype (float32 under a bfloat16 base)
+            hidden = functional_call(module.lora_A[ADAPTER], {"weight": a}, (args[0].to(a.dtype),))
+            delta = scale * functional_call(module.lora_B[ADAPTER], {"weight": b}, (hidden,))
+            return output + delta.to(output.dtype)
         return add
 
     try:

@@ -105,11 +105,13 @@ class MosaicLinear(nn.Module):
         return (1 - beta) * local + beta * getattr(self, GLOBAL)(x, self.pq_A, self.pq_B)
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
+        """W x + the adapter's output. As in peft's LoRA, the adapter computes in its own dtype
+        (float32 under a bfloat16 base) and its output joins W x in the base's dtype."""
         out = self.base(x)
+        x = x.to(next(getattr(self, LOCAL).parameters()).dtype)
         if isinstance(self.base, nn.Conv2d):
-            channels_last = x.movedim(1, -1)
-            return out + self.delta(channels_last).movedim(-1, 1)
-        return out + self.delta(x)
+            return out + self.delta(x.movedim(1, -1)).movedim(-1, 1).to(out.dtype)
+        return out + self.delta(x).to(out.dtype)
 
 
 def block_layers(num_layers: int, num_blocks: int) -> list[int]:

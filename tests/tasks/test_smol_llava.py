@@ -18,8 +18,10 @@ import pytest
 import torch
 
 import tasks
+from tasks import client_pia
 from tasks.data import Sample, load_partition
 from tasks.models import smol_llava
+from tasks.mosaic.modules import MosaicLinear
 from tests.helpers.runs import trained_rounds
 from tests.tasks.test_generative import assert_exact_match_rates, one_line, simulate
 from tests.tasks.test_generative_lntk import oracle_loss
@@ -44,6 +46,12 @@ def sliced():
 def both(partition, sliced) -> tasks.FederatedVLM:
     """The two-block slice with ``vlm-layers = "both"``: 7 image stages + 2 decoder blocks."""
     return build(partition, vlm_layers="both")
+
+
+@pytest.fixture(scope="module")
+def bfloat16(partition, sliced) -> tasks.FederatedVLM:
+    """The two-block slice with its decoder in bfloat16 and the projector as the shared head."""
+    return build(partition, shared_head=True, dtype="bfloat16")
 
 
 def build(partition, **options) -> tasks.FederatedVLM:
@@ -126,24 +134,53 @@ def test_the_projector_is_the_head_private_or_shared_and_strategy_none_trains_on
     assert trainable == [f"{smol_llava.PROJECTOR}.{p}" for p in PROJECTOR]
 
 
-def test_a_bfloat16_decoder_keeps_the_projector_float32_so_it_travels_and_trains(partition, sliced):
+def test_a_bfloat16_decoder_keeps_the_projector_float32_so_it_travels_and_trains(partition, bfloat16):
     """``dtype = "bfloat16"`` (``auto`` on a CUDA GPU) casts the decoder only: the projector is
     trained and aggregated every round, and a bfloat16 one has no numpy dtype to travel in (the
     run used to stop at the first aggregate it received)."""
-    model = build(partition, shared_head=True, dtype="bfloat16")
+    model = bfloat16
     frozen = {p.dtype for n, p in model.named_parameters() if "language_model" in n and "lora_" not in n}
     assert frozen == {torch.bfloat16}
     state = tasks.get_layer_state(model, [0])  # block 0's LoRA and the projector (unit L)
     assert any(smol_llava.PROJECTOR in k for k in state)
     assert {v.dtype for v in state.values()} == {np.dtype(np.float32)}
     tasks.set_layer_state(model, {k: v + 0.01 for k, v in state.items()})
-    mask = np.zeros(len(model.layer_names), dtype=bool)
-    mask[0] = True
-    stats = tasks.train(model, partition.train, mask, steps=2, batch_size=2, lr=1e-3)
+    stats = tasks.train(model, partition.train, first_block(model), steps=2, batch_size=2, lr=1e-3)
     assert np.isfinite(stats["train_loss"])
     moved = tasks.get_layer_state(model, [0])
     assert all(not np.allclose(moved[k], state[k] + 0.01) for k in state if smol_llava.PROJECTOR in k)
     assert len(model.generate_answers(partition.test[:2])) == 2
+
+
+def test_sima_gated_lora_computes_in_float32_beside_a_bfloat16_decoder(partition, sliced):
+    """SIMA's gated LoRA (`tasks.mosaic.modules`, also PQ-LoRA's module) adds float32 adapters to
+    a bfloat16 decoder's Linears. Like peft's LoRA it computes in float32 and joins the output in
+    bfloat16; before, every client of a bfloat16 `sima` run stopped at its first message
+    ("expected m1 and m2 to have the same dtype")."""
+    gated = build(partition, shared_head=True, dtype="bfloat16", gated=True)
+    assert {m.base.weight.dtype for m in gated.modules() if isinstance(m, MosaicLinear)} == {torch.bfloat16}
+    assert np.isfinite(tasks.train(gated, partition.train, first_block(gated), steps=1, batch_size=2,
+                                   lr=1e-3)["train_loss"])
+    assert len(gated.generate_answers(partition.test[:1])) == 1
+
+
+def test_fedpia_client_alignment_computes_in_float32_beside_a_bfloat16_decoder(partition, bfloat16):
+    """FedPIA's client level (`tasks.client_pia`): the activation supports and the frozen global
+    branch run float32 LoRA weights on a bfloat16 decoder's inputs, as peft does; before, every
+    client of a bfloat16 `fedpia` run stopped at its first training step (same dtype error)."""
+    local = tasks.get_layer_state(bfloat16, [0])
+    aligned = client_pia.align_global(bfloat16, {k: v + 0.01 for k, v in local.items()}, local,
+                                      partition.train[:2])
+    assert client_pia.lora_modules(aligned)
+    with client_pia.combined(bfloat16, aligned):
+        stats = tasks.train(bfloat16, partition.train, first_block(bfloat16), steps=1, batch_size=2, lr=1e-3)
+    assert np.isfinite(stats["train_loss"])
+
+
+def first_block(model: tasks.FederatedVLM) -> np.ndarray:
+    mask = np.zeros(len(model.layer_names), dtype=bool)
+    mask[0] = True
+    return mask
 
 
 def test_lntk_per_block_equals_brute_force_on_a_two_block_slice(partition, both):
