@@ -23,7 +23,8 @@ as a Ray actor does in simulation. The ClientApp process itself then only import
   server creating the message to this process's start (``delivery``: the SuperNode's pull and the
   process spawn), from process start to the mod (``start-to-handler``), the handler's setup (data
   and model, `client_setup`), its own work, and ``overhead`` = everything from process start to
-  the reply except that work.
+  the reply except that work, and ``process``: ``forked`` where `flower_compat.forkserver` forked the
+  ClientApp process, ``started`` where Flower started it.
 Nodes without a ``state-dir`` (simulation) run the handler directly, untouched.
 """
 
@@ -53,6 +54,7 @@ from flwr.app import Context, Message
 
 from client_app.node import check_state_dir
 from flower_compat import set_task_identity, task_identity
+from flower_compat.forkserver import LAUNCH_ENV, parent_pid
 from settings.errors import ConfigError
 from settings.local import available_cores
 
@@ -136,7 +138,8 @@ def _record(state_dir: Path, msg: Message, context: Context, entered: tuple[floa
     done, started, (entered, cpu) = time.time(), process_start_time(), entered
     config = msg.content["config"] if msg.has_content() and "config" in msg.content else {}
     row = {"run-id": context.run_id, "message": msg.metadata.message_type,
-           "round": config.get("server-round"), "where": where, "process-start": started,
+           "round": config.get("server-round"), "where": where,
+           "process": os.environ.get(LAUNCH_ENV, "started"), "process-start": started,
            "delivery": started - msg.metadata.created_at, "start-to-handler": entered - started,
            "cpu-to-handler": cpu, "setup": _LAST.get("setup", 0.0),
            "work": _LAST.get("work", 0.0), "overhead": done - started - _LAST.get("work", 0.0)}
@@ -149,6 +152,12 @@ def _record(state_dir: Path, msg: Message, context: Context, entered: tuple[floa
 
 
 # ---------------------------------------------------------------------- the ClientApp's side
+def superexec_pid() -> int:
+    """The SuperExec that started this ClientApp process: its worker's key and lifetime, the same
+    whether Flower started the process or `flower_compat.forkserver` forked it."""
+    return parent_pid(sys.argv[1:])
+
+
 def _endpoint(state_dir: Path, threads: int) -> tuple[str, bytes, Path]:
     """Socket address, auth key and lock file of this site's worker for this app and SuperExec."""
     folder = state_dir / "worker"
@@ -161,7 +170,7 @@ def _endpoint(state_dir: Path, threads: int) -> tuple[str, bytes, Path]:
         with contextlib.suppress(FileExistsError):
             os.link(mine, key_file)  # atomic: the first ClientApp's key is everyone's
         mine.unlink()
-    digest = hashlib.sha256("\0".join(map(str, (state_dir, APP_DIR, APP, sys.executable, os.getppid(),
+    digest = hashlib.sha256("\0".join(map(str, (state_dir, APP_DIR, APP, sys.executable, superexec_pid(),
                                                 threads))).encode()).hexdigest()[:24]
     address = (f"\0f3ocus-worker-{digest}" if sys.platform.startswith("linux")
                else str(Path(tempfile.gettempdir()) / f"f3ocus-worker-{digest}.sock"))
@@ -205,7 +214,7 @@ def _start_worker(address: str, key: bytes, state_dir: Path, threads: int, idle:
     env = {**os.environ, "PYTHONPATH": os.pathsep.join(filter(None, [str(APP_DIR),
                                                                      os.environ.get("PYTHONPATH")]))}
     subprocess.Popen([sys.executable, "-m", "client_app.worker", "--address", address.replace("\0", "@"),
-                      "--state-dir", str(state_dir), "--parent-pid", str(os.getppid()),
+                      "--state-dir", str(state_dir), "--parent-pid", str(superexec_pid()),
                       "--threads", str(threads), "--idle", str(idle), "--app", APP],
                      env=env, stdin=subprocess.DEVNULL, close_fds=True)
     deadline = time.monotonic() + CONNECT_TIMEOUT

@@ -47,6 +47,7 @@ from pathlib import Path
 
 from deploy.make_certs import Credentials, make_credentials
 from flower_compat import FlowerVersionError, check_version, release_mismatch, supported
+from flower_compat.forkserver import write_launcher
 from settings.local import available_cores
 
 PROJECT_ROOT = Path(__file__).resolve().parent.parent
@@ -197,6 +198,7 @@ class Federation:
     nodes: list[Node]
     port: int = 9093
     app_dir: Path = PROJECT_ROOT
+    forked_clientapps: bool = True
     processes: dict[str, subprocess.Popen] = field(default_factory=dict)
     node_ids: dict[str, int] = field(default_factory=dict)
 
@@ -215,19 +217,26 @@ class Federation:
             self.creds = make_credentials(self.workdir / "credentials", names)
         return self.creds
 
-    def env(self, home: Path) -> dict[str, str]:
+    def env(self, home: Path, launcher: bool = False) -> dict[str, str]:
+        """Flower's environment for a process with home ``home``; ``launcher``: ``flwr-clientapp``
+        is `flower_compat.forkserver`'s (`forked_clientapps`)."""
         home.mkdir(parents=True, exist_ok=True)
-        return {**os.environ, **QUIET_ENV, "FLWR_HOME": str(home)}
+        env = {**os.environ, **QUIET_ENV, "FLWR_HOME": str(home)}
+        if launcher and self.forked_clientapps:
+            folder = write_launcher(self.workdir / "bin").parent
+            env["PATH"] = os.pathsep.join(filter(None, [str(folder), env.get("PATH")]))
+        return env
 
     def log_path(self, name: str) -> Path:
         return self.logs / f"{name}.log"
 
-    def spawn(self, name: str, command: list[str], home: Path, pipe: bool = False) -> subprocess.Popen:
+    def spawn(self, name: str, command: list[str], home: Path, pipe: bool = False,
+              launcher: bool = False) -> subprocess.Popen:
         """Start ``command`` in its own process group; output to ``logs/<name>.log`` (or a pipe)."""
         if name in self.processes and self.processes[name].poll() is None:
             raise LaunchError(f"{name} is already running (pid {self.processes[name].pid})")
         with open(self.log_path(name), "ab") as log:
-            proc = subprocess.Popen(command, cwd=self.app_dir, env=self.env(home),
+            proc = subprocess.Popen(command, cwd=self.app_dir, env=self.env(home, launcher),
                                     stdout=subprocess.PIPE if pipe else log, stderr=subprocess.STDOUT,
                                     stdin=subprocess.DEVNULL, start_new_session=True, text=pipe)
         self.processes[name] = proc
@@ -334,7 +343,7 @@ class Federation:
             command += ["--insecure"]
         if max_retries is not None:
             command += ["--max-retries", str(max_retries)]
-        return self.spawn(node.name, command, site / "home")
+        return self.spawn(node.name, command, site / "home", launcher=True)
 
     def start(self, timeout: float = 180) -> None:
         """Flower's executables checked (`check_components`), then SuperLink, registration of every
@@ -520,6 +529,10 @@ def main(argv: list[str] | None = None) -> int:
                              "results/federation)")
     parser.add_argument("--port", type=int, default=9093, help="SuperLink port on 127.0.0.1")
     parser.add_argument("--timeout", type=float, default=None, help="seconds before the run is stopped")
+    parser.add_argument("--clientapps", choices=("forked", "started"), default="forked",
+                        help="forked (default): each message's flwr-clientapp process is forked from a "
+                             "server that imported Flower once (flower_compat/forkserver.py); started: "
+                             "Flower starts a fresh one")
     args = parser.parse_args(argv)
     if not 1 <= args.port <= 65535 - 64:
         parser.error(f"--port {args.port}: must be in 1..{65535 - 64}")
@@ -532,7 +545,8 @@ def main(argv: list[str] | None = None) -> int:
         raise SystemExit(128 + signum)
 
     signal.signal(signal.SIGTERM, terminate)
-    with Federation(args.workdir, nodes, port=args.port) as federation:
+    with Federation(args.workdir, nodes, port=args.port,
+                    forked_clientapps=args.clientapps == "forked") as federation:
         try:
             federation.start()
             for node in nodes:

@@ -93,7 +93,7 @@ def run_deployed(args: argparse.Namespace, workdir: Path, run_config: str) -> di
         if args.worker_idle is not None:
             node.config["worker-idle"] = args.worker_idle
     with Federation(workdir / "federation", nodes, port=free_port_block(len(nodes) + 2),
-                    app_dir=args.app_dir) as fed:
+                    app_dir=args.app_dir, forked_clientapps=args.clientapps == "forked") as fed:
         fed.start()
         start = time.monotonic()
         result = fed.run(with_node_budgets(run_config, nodes), timeout=args.timeout)
@@ -141,6 +141,8 @@ def summary(deployed: dict, simulated: dict | None) -> dict:
                                             "work")},
         "deployed_rounds_s": deployed["rounds"], "simulated_rounds_s": simulated and simulated["rounds"],
         "where": sorted({m["where"] for m in messages}),
+        "processes": {kind: sum(m.get("process", "started") == kind for m in messages)
+                      for kind in ("forked", "started")},
         "loadavg": {"deployed": deployed["loadavg"], "simulated": simulated and simulated["loadavg"]},
     }
 
@@ -162,6 +164,9 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--app-dir", type=Path, default=PROJECT_ROOT,
                         help="checkout whose app both engines run (default: this one; an older "
                              "checkout gives the 'before' figures, without per-message timings)")
+    parser.add_argument("--clientapps", choices=("forked", "started"), default="forked",
+                        help="deploy.launch --clientapps: forked (default) from a fork server, or "
+                             "started by Flower, one fresh process per message")
     parser.add_argument("--repeat", type=int, default=1,
                         help="pairs of runs, one after the other; prints each and the median and max")
     parser.add_argument("--json", action="store_true", help="end with one JSON line of the figures")

@@ -22,6 +22,7 @@ import json
 import signal
 import threading
 import time
+from pathlib import Path
 
 import pytest
 from safetensors.numpy import load_file
@@ -142,6 +143,11 @@ def test_three_authenticated_nodes_complete_two_rounds_with_their_own_budgets(fe
         assert stored, name
         assert any(key.startswith(LOCAL) for key in load_file(stored[-1])), name
     assert not (run_dir / "clients").exists()
+    # a site's first ClientApp process starts its fork server; later ones are forked from it
+    for node in federation.nodes:
+        rows = [r for r in read_jsonl(Path(str(node.config["state-dir"])) / "timings.jsonl")
+                if r["run-id"] == result.run_id]
+        assert rows and rows[-1]["process"] == "forked", rows
 
 
 def test_a_generative_model_runs_deployed_and_records_generated_answer_accuracy(federation, tmp_path):
