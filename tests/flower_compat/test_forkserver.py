@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import json
 import os
+import shutil
 import signal
 import socket
 import struct
@@ -153,3 +154,14 @@ def test_the_server_forks_nothing_for_another_user(site, tmp_path):
     assert request_as(65534, address, {**env, "MARK": str(mark)}) == b"answer:"  # closed, no pid
     assert not mark.exists()
     assert json.loads(run(launcher, env, args).stdout)["launch"] == "forked"  # still serving us
+
+
+def test_the_launcher_runs_flowers_executable_even_with_its_folder_first_on_path(tmp_path, monkeypatch):
+    folder = tmp_path / "bin"
+    subprocess.run([sys.executable, "-m", "flower_compat.forkserver", "write-launcher", str(folder)],
+                   check=True, capture_output=True)
+    monkeypatch.setenv("PATH", f"{folder}{os.pathsep}{os.environ['PATH']}")  # then written again
+    script = forkserver.write_launcher(folder).read_text()
+    real = shutil.which("flwr-clientapp", path=os.environ["PATH"].split(os.pathsep, 1)[1])
+    assert f" launch {Path(real).resolve()} flwr.supernode.cli:flwr_clientapp " in script
+    assert os.access(folder / "flwr-clientapp", os.X_OK)
