@@ -54,7 +54,7 @@ from flwr.app import Context, Message
 
 from client_app.node import check_state_dir
 from flower_compat import set_task_identity, task_identity
-from flower_compat.forkserver import LAUNCH_ENV, parent_pid
+from flower_compat.forkserver import LAUNCH_ENV, parent_pid, process_start_time
 from settings.errors import ConfigError
 from settings.local import available_cores
 
@@ -81,21 +81,6 @@ def worker_idle(context: Context) -> float:
     if isinstance(value, bool) or not isinstance(value, int | float) or value < 0:
         raise ConfigError(f"node config worker-idle = {value!r}: must be a number of seconds >= 0")
     return float(value)
-
-
-def process_start_time() -> float:
-    """Wall-clock time this process started, to a clock tick (Linux: ``/proc/self/stat`` gives it
-    in ticks since boot, measured back from ``CLOCK_BOOTTIME``; the boot time of ``/proc/stat`` is
-    whole seconds and put starts up to 1 s early). Elsewhere: when this module loaded."""
-    try:
-        ticks = int(Path("/proc/self/stat").read_text().rsplit(")", 1)[1].split()[19])
-        age = time.clock_gettime(time.CLOCK_BOOTTIME) - ticks / os.sysconf("SC_CLK_TCK")
-        return time.time() - age
-    except (OSError, ValueError, IndexError, AttributeError):
-        return _LOADED
-
-
-_LOADED = time.time()
 
 
 def site_mod(msg: Message, context: Context, call_next: Callable[[Message, Context], Message]) -> Message:
@@ -155,7 +140,7 @@ def _record(state_dir: Path, msg: Message, context: Context, entered: tuple[floa
 def superexec_pid() -> int:
     """The SuperExec that started this ClientApp process: its worker's key and lifetime, the same
     whether Flower started the process or `flower_compat.forkserver` forked it."""
-    return parent_pid(sys.argv[1:])
+    return parent_pid(sys.argv[1:]) or os.getppid()
 
 
 def _endpoint(state_dir: Path, threads: int) -> tuple[str, bytes, Path]:
@@ -170,7 +155,7 @@ def _endpoint(state_dir: Path, threads: int) -> tuple[str, bytes, Path]:
         with contextlib.suppress(FileExistsError):
             os.link(mine, key_file)  # atomic: the first ClientApp's key is everyone's
         mine.unlink()
-    digest = hashlib.sha256("\0".join(map(str, (state_dir, APP_DIR, APP, sys.executable, superexec_pid(),
+    digest = hashlib.sha256("\0".join(map(str, (state_dir, APP_DIR, APP, sys.prefix, superexec_pid(),
                                                 threads))).encode()).hexdigest()[:24]
     address = (f"\0f3ocus-worker-{digest}" if sys.platform.startswith("linux")
                else str(Path(tempfile.gettempdir()) / f"f3ocus-worker-{digest}.sock"))

@@ -47,7 +47,7 @@ from pathlib import Path
 
 from deploy.make_certs import Credentials, make_credentials
 from flower_compat import FlowerVersionError, check_version, release_mismatch, supported
-from flower_compat.forkserver import write_launcher
+from flower_compat.forkserver import without_launchers, write_launcher
 from settings.local import available_cores
 
 PROJECT_ROOT = Path(__file__).resolve().parent.parent
@@ -217,26 +217,29 @@ class Federation:
             self.creds = make_credentials(self.workdir / "credentials", names)
         return self.creds
 
-    def env(self, home: Path, launcher: bool = False) -> dict[str, str]:
-        """Flower's environment for a process with home ``home``; ``launcher``: ``flwr-clientapp``
-        is `flower_compat.forkserver`'s (`forked_clientapps`)."""
+    def env(self, home: Path, supernode: bool = False) -> dict[str, str]:
+        """Flower's environment for a process with home ``home``; a `supernode`'s
+        ``flwr-clientapp`` is `flower_compat.forkserver`'s launcher if `forked_clientapps`, else
+        Flower's own."""
         home.mkdir(parents=True, exist_ok=True)
         env = {**os.environ, **QUIET_ENV, "FLWR_HOME": str(home)}
-        if launcher and self.forked_clientapps:
+        if supernode and self.forked_clientapps:
             folder = write_launcher(self.workdir / "bin").parent
             env["PATH"] = os.pathsep.join(filter(None, [str(folder), env.get("PATH")]))
+        elif supernode:  # Flower's own, even where the caller's PATH holds a launcher
+            env["PATH"] = without_launchers(env.get("PATH", ""))
         return env
 
     def log_path(self, name: str) -> Path:
         return self.logs / f"{name}.log"
 
     def spawn(self, name: str, command: list[str], home: Path, pipe: bool = False,
-              launcher: bool = False) -> subprocess.Popen:
+              supernode: bool = False) -> subprocess.Popen:
         """Start ``command`` in its own process group; output to ``logs/<name>.log`` (or a pipe)."""
         if name in self.processes and self.processes[name].poll() is None:
             raise LaunchError(f"{name} is already running (pid {self.processes[name].pid})")
         with open(self.log_path(name), "ab") as log:
-            proc = subprocess.Popen(command, cwd=self.app_dir, env=self.env(home, launcher),
+            proc = subprocess.Popen(command, cwd=self.app_dir, env=self.env(home, supernode),
                                     stdout=subprocess.PIPE if pipe else log, stderr=subprocess.STDOUT,
                                     stdin=subprocess.DEVNULL, start_new_session=True, text=pipe)
         self.processes[name] = proc
@@ -343,7 +346,7 @@ class Federation:
             command += ["--insecure"]
         if max_retries is not None:
             command += ["--max-retries", str(max_retries)]
-        return self.spawn(node.name, command, site / "home", launcher=True)
+        return self.spawn(node.name, command, site / "home", supernode=True)
 
     def start(self, timeout: float = 180) -> None:
         """Flower's executables checked (`check_components`), then SuperLink, registration of every

@@ -148,6 +148,9 @@ def test_three_authenticated_nodes_complete_two_rounds_with_their_own_budgets(fe
         rows = [r for r in read_jsonl(Path(str(node.config["state-dir"])) / "timings.jsonl")
                 if r["run-id"] == result.run_id]
         assert rows and rows[-1]["process"] == "forked", rows
+        # one warm worker served both: its key is the SuperExec's pid, which a forked child's
+        # parent (the fork server) is not
+        assert len(list((Path(str(node.config["state-dir"])) / "worker").glob("*.lock"))) == 1
 
 
 def test_a_generative_model_runs_deployed_and_records_generated_answer_accuracy(federation, tmp_path):

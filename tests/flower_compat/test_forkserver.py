@@ -7,8 +7,10 @@ Each test's server watches a `sleep` process of its own as its SuperExec, and en
 
 from __future__ import annotations
 
+import contextlib
 import json
 import os
+import shlex
 import shutil
 import signal
 import socket
@@ -25,33 +27,51 @@ from flower_compat import forkserver
 pytestmark = pytest.mark.skipif(not sys.platform.startswith("linux"), reason="Linux only")
 
 ENTRY = '''
-import json, os, sys, time
+import json, os, signal, sys, time
 def main():
     if os.environ.get("MARK"):
         open(os.environ["MARK"], "w").close()
+    log = next((a.split("=", 1)[1] for a in sys.argv if a.startswith("--term-log=")), None)
+    if log:
+        signal.signal(signal.SIGTERM, lambda *_: open(log, "a").write("TERM\\n"))
     print(json.dumps({"argv": sys.argv, "cwd": os.getcwd(), "env": os.environ.get("SITE_VALUE"),
-                      "launch": os.environ.get("F3OCUS_CLIENTAPP"), "ppid": os.getppid(),
+                      "launch": os.environ.get("F3OCUS_CLIENTAPP"), "ppid": os.getppid(), "pid": os.getpid(),
+                      "started": os.environ.get("F3OCUS_CLIENTAPP_STARTED"),
                       "executable": sys.executable}), flush=True)
+    if log:  # count the SIGTERMs that arrive within 2 s of the first, then end normally
+        end = time.monotonic() + 60
+        while time.monotonic() < end:
+            time.sleep(0.1)
+            if os.path.exists(log):
+                end = min(end, time.monotonic() + 2)
     time.sleep(60 if "--sleep" in sys.argv else 0)
     sys.exit(int(sys.argv[-1][len("--code="):]) if sys.argv[-1].startswith("--code=") else 0)
 '''
 REAL = "#!/bin/sh\necho \"started $*\"\nexit 5\n"
 
 
-@pytest.fixture()
-def site(tmp_path):
-    """A launcher of the stand-ins, the environment it runs in, and a SuperExec stand-in."""
+def standin_launcher(tmp_path, entry: str = "standin:main"):
     (tmp_path / "standin.py").write_text(ENTRY)
     real = tmp_path / "real-flwr-clientapp"
     real.write_text(REAL)
     real.chmod(0o755)
-    launcher = forkserver.write_launcher(tmp_path / "bin", real=str(real), entry="standin:main")
-    superexec = subprocess.Popen(["sleep", "600"])
+    return forkserver.write_launcher(tmp_path / "bin", real=str(real), entry=entry)
+
+
+@pytest.fixture()
+def superexec():
+    """A SuperExec stand-in: the servers of a test watch it and end with it."""
+    proc = subprocess.Popen(["sleep", "600"])
+    yield proc
+    proc.kill()
+    proc.wait()
+
+
+@pytest.fixture()
+def site(tmp_path, superexec):
+    """A launcher of the stand-ins, the environment it runs in, its arguments and SuperExec."""
     env = {"PATH": os.environ["PATH"], "PYTHONPATH": str(tmp_path), "SITE_VALUE": "a"}
-    args = ["--token", "t", "--parent-pid", str(superexec.pid)]
-    yield launcher, env, args, superexec
-    superexec.kill()
-    superexec.wait()
+    return standin_launcher(tmp_path), env, ["--token", "t", "--parent-pid", str(superexec.pid)], superexec
 
 
 def run(launcher, env, args, **kwargs) -> subprocess.CompletedProcess:
@@ -69,6 +89,18 @@ def served(launcher, env, args, timeout: float = 30) -> subprocess.CompletedProc
         time.sleep(0.2)
 
 
+def servers(real: Path) -> list[int]:
+    """Fork servers of `real` now running (forked children have the same command line: they are
+    told apart by their parent being a server too)."""
+    found = {}
+    for proc in Path("/proc").glob("[0-9]*"):
+        with contextlib.suppress(OSError):
+            cmdline = (proc / "cmdline").read_bytes().split(b"\0")
+            if b"serve" in cmdline and str(real).encode() in cmdline:
+                found[int(proc.name)] = int((proc / "stat").read_text().rsplit(")", 1)[1].split()[1])
+    return sorted(pid for pid, parent in found.items() if parent not in found)
+
+
 def test_without_a_server_the_launcher_execs_the_real_executable_and_starts_one(site, tmp_path):
     launcher, env, args, _ = site
     first = run(launcher, env, args)
@@ -81,11 +113,14 @@ def test_a_forked_child_runs_with_the_launchers_arguments_environment_folder_and
     launcher, env, args, _ = site
     served(launcher, env, args)
     (tmp_path / "elsewhere").mkdir()
+    before = time.time()
     done = run(launcher, env, [*args, "--more"], cwd=tmp_path / "elsewhere")
     child = json.loads(done.stdout)
     assert child["argv"] == [str(tmp_path / "real-flwr-clientapp"), *args, "--more"]
     assert child["cwd"] == str(tmp_path / "elsewhere") and child["env"] == "a"
+    assert child["executable"] == sys.executable  # the real executable's (a shell script: ours)
     assert child["launch"] == "forked" and child["ppid"] != os.getpid()  # the server's child
+    assert before - 0.1 <= float(child["started"]) <= time.time()  # the launcher's start
     assert done.returncode == 0
     assert run(launcher, env, [*args, "--code=7"]).returncode == 7
     # an environment of its own gets a server of its own
@@ -93,14 +128,34 @@ def test_a_forked_child_runs_with_the_launchers_arguments_environment_folder_and
     assert json.loads(served(launcher, {**env, "SITE_VALUE": "b"}, args).stdout)["env"] == "b"
 
 
-def test_a_signal_to_the_launcher_reaches_the_forked_child(site):
+def test_a_signal_to_the_launcher_ends_the_forked_child_and_the_launcher_with_it(site):
     launcher, env, args, _ = site
     served(launcher, env, args)
     proc = subprocess.Popen([str(launcher), *args, "--sleep"], env=env, stdout=subprocess.PIPE, text=True)
     child = json.loads(proc.stdout.readline())
     assert child["launch"] == "forked"
     proc.send_signal(signal.SIGTERM)
-    assert proc.wait(timeout=30) == 128 + signal.SIGTERM
+    assert proc.wait(timeout=30) == -signal.SIGTERM
+    deadline = time.monotonic() + 10
+    while os.path.exists(f"/proc/{child['pid']}") and time.monotonic() < deadline:
+        time.sleep(0.1)
+    assert not os.path.exists(f"/proc/{child['pid']}")
+
+
+def test_a_signal_to_the_supernodes_process_group_reaches_the_child_once(site, tmp_path):
+    """As under a SuperNode: the server and the launchers are in one process group, the child is
+    not, and gets only the launcher's copy of a signal to that group."""
+    launcher, env, args, _ = site
+    log = tmp_path / "terms"
+    command = " ".join(map(shlex.quote, [str(launcher), *args]))
+    group = subprocess.Popen(  # start the server in the group, wait until it forks, then the launcher
+        ["sh", "-c", f'until {command} | grep -q forked; do sleep 0.2; done; exec {command} "$0"',
+         f"--term-log={log}"], env=env, stdout=subprocess.PIPE, text=True, start_new_session=True)
+    child = json.loads(group.stdout.readline())
+    assert child["launch"] == "forked"
+    os.killpg(group.pid, signal.SIGTERM)
+    assert group.wait(timeout=30) == 0  # the launcher: the child handled it and ended normally
+    assert log.read_text() == "TERM\n"
 
 
 def test_the_server_ends_with_its_superexec(site):
@@ -115,6 +170,65 @@ def test_the_server_ends_with_its_superexec(site):
     assert run(launcher, env, args).stdout.startswith("started")  # and the launcher execs again
 
 
+def test_launchers_started_together_all_run_and_start_one_server(site, tmp_path):
+    launcher, env, args, _ = site
+    procs = [subprocess.Popen([str(launcher), *args], env=env, stdout=subprocess.PIPE, text=True)
+             for _ in range(4)]
+    assert sorted(p.wait(timeout=60) for p in procs) in ([0] * k + [5] * (4 - k) for k in range(4))
+    for p in procs:
+        p.stdout.close()
+    served(launcher, env, args)
+    assert len(servers(tmp_path / "real-flwr-clientapp")) == 1
+
+
+def test_a_server_that_cannot_import_flower_refuses_with_the_reason_and_stays(tmp_path, superexec):
+    launcher = standin_launcher(tmp_path, entry="no_such_module:main")
+    env = {"PATH": os.environ["PATH"], "PYTHONPATH": str(tmp_path)}
+    args = ["--parent-pid", str(superexec.pid)]
+    assert run(launcher, env, args).stdout.startswith("started")  # starts the server
+    deadline = time.monotonic() + 30
+    while not (done := run(launcher, env, args)).stderr and time.monotonic() < deadline:
+        time.sleep(0.2)
+    assert done.stdout.startswith("started") and done.returncode == 5
+    assert "cannot import no_such_module:main: ModuleNotFoundError" in done.stderr
+    run(launcher, env, args)
+    assert len(servers(tmp_path / "real-flwr-clientapp")) == 1  # not one per message
+
+
+def test_a_launcher_without_parent_pid_or_without_this_module_runs_the_real_executable(tmp_path):
+    launcher = standin_launcher(tmp_path)
+    env = {"PATH": os.environ["PATH"], "PYTHONPATH": str(tmp_path)}
+    assert run(launcher, env, ["--token", "t"]).stdout == "started --token t\n"
+    time.sleep(0.5)
+    assert servers(tmp_path / "real-flwr-clientapp") == []  # none tied to an unknown parent
+    launcher.write_text(launcher.read_text().replace(str(forkserver.THIS), str(tmp_path / "moved.py")))
+    assert run(launcher, env, ["--parent-pid", "1"]).stdout == "started --parent-pid 1\n"
+
+
+def test_the_peers_check_each_others_user(tmp_path, monkeypatch):
+    """Abstract socket names are public (/proc/net/unix): the server forks nothing for a peer of
+    another user, and the launcher sends nothing to a server of another user."""
+    address = f"\0f3ocus-test-{os.getpid()}"
+    listener = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
+    listener.bind(address)
+    listener.listen(4)
+    with listener:
+        assert forkserver._connect(address) is not None
+        monkeypatch.setattr(forkserver.os, "getuid", lambda: os.geteuid() + 4242)
+        assert forkserver._connect(address) is None
+        for _ in range(2):  # the two connections above wait in the backlog: drop them
+            listener.accept()[0].close()
+        peer = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
+        peer.connect(address)
+        socket.send_fds(peer, [b"F"], [0, 1, 2])
+        request = json.dumps({"argv": ["x"], "env": {}, "cwd": "/", "started": 0.0}).encode()
+        peer.sendall(struct.pack("!I", len(request)) + request + forkserver.GO)
+        monkeypatch.setattr(forkserver.os, "fork", lambda: pytest.fail("forked for another user"))
+        forkserver._accept(listener, lambda: None, {})
+        with peer, contextlib.suppress(ConnectionResetError):  # closed with the request unread
+            assert peer.recv(8) == b""  # nothing sent
+
+
 def request_as(uid: int, address: str, env: dict[str, str]) -> bytes:
     """What the server answers a launcher's request made by a process of user `uid` (a forked
     child of this test, so no executable of /root is needed): ``answer:`` and the child's pid, or
@@ -127,7 +241,7 @@ def request_as(uid: int, address: str, env: dict[str, str]) -> bytes:
             conn = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
             conn.connect(address.replace("@", "\0", 1))
             socket.send_fds(conn, [b"F"], [0, 1, 2])
-            request = json.dumps({"argv": ["x"], "env": env, "cwd": "/"}).encode()
+            request = json.dumps({"argv": ["x"], "env": env, "cwd": "/", "started": 0.0}).encode()
             conn.sendall(struct.pack("!I", len(request)) + request)
             os.write(write, b"answer:" + conn.recv(4))
         except (BrokenPipeError, ConnectionResetError):  # closed while the request was sent

@@ -30,10 +30,10 @@ FAST_SUPERNODE = Path(__file__).with_name("fast_supernode.py")
 class FastFederation(Federation):
     """A `Federation` whose SuperNodes heartbeat more often (tests/helpers/fast_supernode.py)."""
 
-    def spawn(self, name: str, command: list[str], home: Path, pipe: bool = False, launcher: bool = False):
+    def spawn(self, name: str, command: list[str], home: Path, pipe: bool = False, supernode: bool = False):
         if command[0] == "flower-supernode":
             command = [sys.executable, str(FAST_SUPERNODE), *command[1:]]
-        return super().spawn(name, command, home, pipe, launcher)
+        return super().spawn(name, command, home, pipe, supernode)
 
 
 def start_federation(workdir: Path, extra_keys: tuple[str, ...] = (),
