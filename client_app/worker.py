@@ -34,7 +34,6 @@ import argparse
 import contextlib
 import fcntl
 import hashlib
-import importlib
 import json
 import os
 import pickle
@@ -54,7 +53,7 @@ from flwr.app import Context, Message
 
 from client_app.node import check_state_dir
 from flower_compat import set_task_identity, task_identity
-from flower_compat.forkserver import LAUNCH_ENV, parent_pid, process_start_time
+from flower_compat.forkserver import LAUNCH_ENV, alive, load_entry, parent_pid, process_start_time
 from settings.errors import ConfigError
 from settings.local import available_cores
 
@@ -227,12 +226,11 @@ def serve(address: str, key: bytes, parent_pid: int, idle: float, threads: int, 
     import torch
 
     torch.set_num_threads(threads)
-    module, _, name = app_ref.partition(":")
-    app = getattr(importlib.import_module(module), name)  # the heavy imports, once
+    app = load_entry(app_ref)  # the heavy imports, once
 
     last = time.monotonic()
     try:
-        while _alive(parent_pid) and time.monotonic() - last < idle:
+        while alive(parent_pid) and time.monotonic() - last < idle:
             try:
                 sock, _ = server.accept()
             except TimeoutError:
@@ -247,16 +245,6 @@ def serve(address: str, key: bytes, parent_pid: int, idle: float, threads: int, 
         if not address.startswith("\0"):
             with contextlib.suppress(FileNotFoundError):
                 os.unlink(address)
-
-
-def _alive(pid: int) -> bool:
-    try:
-        os.kill(pid, 0)
-    except ProcessLookupError:
-        return False
-    except PermissionError:
-        return True
-    return True
 
 
 def _handle(conn: Connection, key: bytes, app: Callable[[Message, Context], Message]) -> None:

@@ -43,6 +43,7 @@ import time
 import urllib.request
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
+from functools import cached_property
 from pathlib import Path
 
 from deploy.make_certs import Credentials, make_credentials
@@ -55,6 +56,7 @@ CONNECTION = "f3ocus-local"
 HOST = "127.0.0.1"
 RUN_STARTED = re.compile(r"Successfully started run (\d+)")
 COMPLETED = "finished:completed"
+CLIENTAPPS = ("forked", "started")  # --clientapps: forked by flower_compat.forkserver, or started by Flower
 COMPONENTS = ("flower-superlink", "flower-supernode", "flwr")  # the executables a federation runs
 FLOWER_VERSION = re.compile(r"Flower version:\s*(\S+)")
 # offline operation: no `uv sync` of the app's dependencies, no update check, no telemetry
@@ -224,11 +226,15 @@ class Federation:
         home.mkdir(parents=True, exist_ok=True)
         env = {**os.environ, **QUIET_ENV, "FLWR_HOME": str(home)}
         if supernode and self.forked_clientapps:
-            folder = write_launcher(self.workdir / "bin").parent
-            env["PATH"] = os.pathsep.join(filter(None, [str(folder), env.get("PATH")]))
+            env["PATH"] = os.pathsep.join(filter(None, [str(self.launcher_folder), env.get("PATH")]))
         elif supernode:  # Flower's own, even where the caller's PATH holds a launcher
             env["PATH"] = without_launchers(env.get("PATH", ""))
         return env
+
+    @cached_property
+    def launcher_folder(self) -> Path:
+        """``<workdir>/bin``, holding `flower_compat.forkserver`'s ``flwr-clientapp`` (written once)."""
+        return write_launcher(self.workdir / "bin").parent
 
     def log_path(self, name: str) -> Path:
         return self.logs / f"{name}.log"
@@ -532,7 +538,7 @@ def main(argv: list[str] | None = None) -> int:
                              "results/federation)")
     parser.add_argument("--port", type=int, default=9093, help="SuperLink port on 127.0.0.1")
     parser.add_argument("--timeout", type=float, default=None, help="seconds before the run is stopped")
-    parser.add_argument("--clientapps", choices=("forked", "started"), default="forked",
+    parser.add_argument("--clientapps", choices=CLIENTAPPS, default="forked",
                         help="forked (default): each message's flwr-clientapp process is forked from a "
                              "server that imported Flower once (flower_compat/forkserver.py); started: "
                              "Flower starts a fresh one")

@@ -40,6 +40,7 @@ import time
 from pathlib import Path
 
 from deploy.launch import (
+    CLIENTAPPS,
     PROJECT_ROOT,
     Federation,
     LaunchError,
@@ -164,7 +165,7 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--app-dir", type=Path, default=PROJECT_ROOT,
                         help="checkout whose app both engines run (default: this one; an older "
                              "checkout gives the 'before' figures, without per-message timings)")
-    parser.add_argument("--clientapps", choices=("forked", "started"), default="forked",
+    parser.add_argument("--clientapps", choices=CLIENTAPPS, default="forked",
                         help="deploy.launch --clientapps: forked (default) from a fork server, or "
                              "started by Flower, one fresh process per message")
     parser.add_argument("--repeat", type=int, default=1,

@@ -6,7 +6,7 @@ and importing Flower there costs about 1 s of CPU (deploy/README.md), most of a 
 `write_launcher` writes an executable ``flwr-clientapp`` into a folder; a SuperNode whose PATH starts
 with it (``deploy.launch`` does this; a site adds it to its own PATH) gets its ClientApp processes so:
 
-1. The launcher (this file run by path with ``python -I -S``: the standard library only, ~20 ms)
+1. The launcher (this file run by path with ``python -I -S``: the standard library only)
    connects to the fork server of its SuperExec: an abstract Unix socket named after this file's
    text, the real executable, its entry point, the Python, the SuperExec's pid (``--parent-pid``),
    the user and the environment. It talks only to a server of its own user (``SO_PEERCRED``).
@@ -285,13 +285,13 @@ def serve(address: str, entry: str, parent: int) -> None:
         return
     listener.listen(64)
     try:
-        run: Callable[[], object] | str = _load(entry)
+        run: Callable[[], object] | str = load_entry(entry)
     except Exception as err:  # refuse every request with the reason, rather than die and be restarted
         run = f"the fork server cannot import {entry}: {type(err).__name__}: {err}".splitlines()[0]
     for signum in FORWARDED:  # a signal to the SuperNode's group ends the children via their launchers
         signal.signal(signum, signal.SIG_IGN)
     children: dict[int, socket.socket] = {}
-    while children or _alive(parent):
+    while children or alive(parent):
         ready, _, _ = select.select([listener], [], [], 0.1 if children else 1.0)
         if ready:
             _accept(listener, run, children)
@@ -299,7 +299,8 @@ def serve(address: str, entry: str, parent: int) -> None:
     listener.close()
 
 
-def _load(entry: str) -> Callable[[], object]:
+def load_entry(entry: str) -> Callable[..., object]:
+    """The object an entry point ``module:attr[.attr]`` names (importing its module)."""
     import importlib
 
     module, _, name = entry.partition(":")
@@ -309,7 +310,8 @@ def _load(entry: str) -> Callable[[], object]:
     return function
 
 
-def _alive(pid: int) -> bool:
+def alive(pid: int) -> bool:
+    """Whether process `pid` exists (a zombie counts)."""
     try:
         os.kill(pid, 0)
     except ProcessLookupError:
