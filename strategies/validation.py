@@ -13,6 +13,7 @@ that never answers within the round timeout is reported as missing.
 from __future__ import annotations
 
 import math
+import re
 from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass
 
@@ -24,6 +25,8 @@ from strategies.aggregation import ClientUpdate
 from strategies.records import RUNTIME, State, from_record, layer_index
 
 SCORES_KEY = "scores"
+IDENTITY_KEY = "identity"
+CLIENT_ID = re.compile(r"[A-Za-z0-9._-]{1,64}")
 ARRAYS_KEY = "arrays"
 METRICS_KEY = "metrics"
 
@@ -138,6 +141,18 @@ def check_release(content: Mapping) -> None:
     problem = release_mismatch(flower_version(), peer, "the ServerApp", "this ClientApp")
     if problem:
         raise Rejected(problem)
+
+
+def check_identity(msg: Message) -> str:
+    """Validate a query reply's ``identity`` record: the client's id, 1-64 letters, digits, '.',
+    '_' or '-' (it names the client's checkpoint files)."""
+    content = _content(msg)
+    record = content.get(IDENTITY_KEY) if IDENTITY_KEY in content.config_records else None
+    client = record.get("client") if record is not None else None
+    if not isinstance(client, str) or not CLIENT_ID.fullmatch(client):
+        raise Rejected(f"reply names no valid client id (ConfigRecord '{IDENTITY_KEY}', 'client'): "
+                       f"{client!r}")
+    return client
 
 
 def check_scores(msg: Message, num_layers: int) -> LayerReport:
