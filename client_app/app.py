@@ -17,7 +17,7 @@ import tasks
 from client_app.hooks import TrainStep, client_hook
 from client_app.node import node_settings
 from client_app.personal import save_personal
-from client_app.privacy import SampleBudget, check_delta
+from client_app.privacy import SampleBudget, check_delta, released
 from client_app.replies import check_mask, error_replies
 from client_app.runtime import ClientSetup, client_setup, load_global, reported_budget, resolve_budget
 from client_app.worker import site_mod
@@ -93,6 +93,8 @@ def train(msg: Message, context: Context) -> Message:
         from strategies.aggregation.dp import clip_update
 
         upload = clip_update(upload, received, setup.config.privacy.clip)
+    if setup.config.privacy.enabled:
+        reply = released(reply, server_round)
     save_personal(context, personal, server_round, str(config["run-dir"]), local=local)
     arrays = to_record(upload)
     return Message(RecordDict({"arrays": arrays, "metrics": MetricRecord(reply)}), reply_to=msg)

@@ -13,6 +13,7 @@ server logs one line and records it (`strategies.layer_selection`).
 from __future__ import annotations
 
 from dataclasses import dataclass
+from logging import INFO, getLogger
 
 import numpy as np
 
@@ -23,6 +24,25 @@ from tasks.names import DP_HISTORY, DP_SAT_OUT
 from tasks.privacy import SamplePlan, epsilon_spent, plan, resolve_delta
 
 EPSILON = "dp-epsilon"  # reply metric: ε this client has spent after the round (cumulative)
+NOISE_NORM = "dp-noise-norm"  # the noise this round's DP-SGD added: logged on the site, never sent
+RELEASED = ("num-examples", "partition-id", EPSILON, "dp-delta", "dp-noise-multiplier", "dp-sample-rate",
+            DP_SAT_OUT, "dp-epsilon-next", "dp-budget")
+"""What a DP client's train reply may carry besides its (clipped, noised) arrays: its example count
+and partition id (public, README "Differential privacy") and the accountant's own figures, which
+depend on the plan and the rounds trained, not on the data. Losses and the examples drawn are
+computed on private batches outside the mechanism, so they stay on the site."""
+
+log = getLogger("flwr").log
+
+
+def released(reply: dict, server_round: int) -> dict:
+    """The part of a DP client's train reply in `RELEASED`; the rest is logged here, on the site."""
+    kept = {k: v for k, v in reply.items() if k in RELEASED}
+    held = {k: v for k, v in reply.items() if k not in RELEASED}
+    if held:
+        log(INFO, "round %d: kept on this site (outside ε): %s", server_round,
+            ", ".join(f"{k} {v:.6g}" for k, v in sorted(held.items())))
+    return kept
 
 
 def check_delta(setup: ClientSetup) -> None:

@@ -3,8 +3,9 @@
 Files:
 - ``config.json``: the validated run config, layer names, strategy;
 - ``rounds.jsonl``: one line per round: weighted metrics, phase seconds, message exchanges and
-  messages sent, bytes, rejections, and with ``dp = "client"`` the ``epsilon`` every site has spent
-  after it (`strategies.privacy`); round 0 is the initial adapters' evaluation (nothing trained);
+  messages sent, bytes, rejections, and the ``epsilon`` spent after it: with ``dp = "client"`` every
+  site's (`strategies.privacy`), with ``dp = "sample"`` the most any client has spent; round 0 is
+  the initial adapters' evaluation (nothing trained);
 - ``clients.jsonl``: one line per client per round: eigenvalues, scores, budget, mask, bytes
   down/up, train and evaluation metrics (round 0: the initial evaluation and round 1's scores go
   out in one message, counted in round 0's bytes; the scores are recorded with round 1; with
@@ -116,8 +117,10 @@ class Recorder:
             "failures": len(log.rejected),
             "sat-out": sorted(log.sat_out),
         }
-        if log.epsilon is not None:
-            summary["epsilon"] = log.epsilon
+        spent = [m["dp-epsilon"] for m in (*log.train_metrics.values(), *log.sat_out.values())
+                 if "dp-epsilon" in m]
+        if log.epsilon is not None or spent:  # client: every site's; sample: the most any client spent
+            summary["epsilon"] = log.epsilon if log.epsilon is not None else max(spent)
         self._append("clients.jsonl", rows)
         self._append("rounds.jsonl", [summary])
         if log.assignment is not None:

@@ -6,8 +6,8 @@
 
 0. before round 1, one ``query`` message per node asks who it is (`LayerSelectionStrategy.identify`:
    sampling, personal models and records are keyed by that client id, never by Flower's node id,
-   which Ray draws at random), then one ``evaluate`` message per client (`client_app.app.evaluate`) evaluates the
-   initial adapters (recorded as round 0) and scores the layers for round 1;
+   which Ray draws at random), then one ``evaluate`` message per client (`client_app.app.evaluate`)
+   evaluates the initial adapters (recorded as round 0) and scores the layers for round 1;
 1. the selection rule turns the scores and budgets of round r's clients into one mask per client
    (paper Eq. 21 for F3OCUS; all empty for ``none``);
 2. each client gets its own train message with its mask (`client_app.app.train` -> `tasks.train`)

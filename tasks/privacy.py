@@ -17,14 +17,19 @@ bound of Mironov et al. 2019) for the target (ε, δ) over the planned steps = r
 rate q; the ε spent is the same accountant over the steps actually taken (`epsilon_spent`), so a
 client that trained fewer rounds than planned has spent less. δ = 0 means 1/(10 n).
 
-Not covered: Opacus's ``secure_mode`` (a cryptographically safe noise source, torchcsprng) is off,
-as in Opacus's default; the noise comes from torch's seeded generator so runs repeat. The release
-is the client's adapters after its local steps; the server's layer assignment, the budget and the
-example count the client reports are not privatised here.
+The noise and the Poisson batches are drawn from generators seeded with fresh operating-system
+entropy on every call (`fresh_rng`, `fresh_generator`), never from the run seed: the server knows
+the seed, the round and the partition id, and noise it could regenerate it could subtract. So a DP
+run does not repeat itself; runs without DP still do. Opacus's ``secure_mode`` (a
+cryptographically safe noise source, torchcsprng, which does not install here) is off: torch's
+Mersenne Twister seeded with 63 bits of entropy is unpredictable to the server, not a CSPRNG.
+The release is the client's adapters after its local steps; the server's layer assignment, the
+budget and the example count the client reports are not privatised here.
 """
 
 from __future__ import annotations
 
+import secrets
 import warnings
 from collections.abc import Iterator, Sequence
 from contextlib import contextmanager
@@ -98,6 +103,18 @@ def epsilon_spent(history: np.ndarray, delta: float) -> float:
     return float(accountant.get_epsilon(delta))
 
 
+def fresh_rng() -> np.random.Generator:
+    """A numpy generator seeded from the operating system's entropy (not the run seed)."""
+    return np.random.default_rng(np.random.SeedSequence())
+
+
+def fresh_generator(device: torch.device) -> torch.Generator:
+    """A torch generator on ``device`` seeded with 63 bits of the operating system's entropy."""
+    import torch
+
+    return torch.Generator(device=device).manual_seed(secrets.randbits(63))
+
+
 def poisson_batches(n: int, steps: int, rate: float, rng: np.random.Generator) -> list[np.ndarray]:
     """``steps`` index batches, each example in each independently with probability ``rate``."""
     return [np.flatnonzero(rng.random(n) < rate) for _ in range(steps)]
@@ -160,15 +177,17 @@ def _hooks(model: nn.Module) -> Iterator[GradSampleHooks]:
 def private_optimizer(model: nn.Module, optimizer: torch.optim.Optimizer, dp: SamplePlan, n: int
                       ) -> Iterator[torch.optim.Optimizer]:
     """``optimizer`` made DP-SGD for the parameters of ``model`` that require grad: Opacus's
-    per-sample gradient hooks on the model, its `DPOptimizer` (clip, noise, divide by q·n) around
-    ``optimizer``; the hooks and Opacus's attributes are removed on exit (the model is reused)."""
-    from opacus.optimizers import DPOptimizer
-
+    per-sample gradient hooks on the model, its `DPOptimizer` (clip, noise from `fresh_generator`,
+    divide by q·n) around ``optimizer``, which also sums the squared norm of the noise it adds
+    (``noise_sq``, for the client's own log); the hooks and Opacus's attributes are removed on exit
+    (the model is reused)."""
     reason = refusal(model)
     if reason:
         raise ValueError(f"dp = 'sample': {reason}")
-    private = DPOptimizer(optimizer, noise_multiplier=dp.noise_multiplier, max_grad_norm=dp.clip,
-                          expected_batch_size=dp.expected_batch(n), loss_reduction="mean")
+    device = next(p.device for group in optimizer.param_groups for p in group["params"])
+    private = _noise_meter()(optimizer, noise_multiplier=dp.noise_multiplier, max_grad_norm=dp.clip,
+                             expected_batch_size=dp.expected_batch(n), loss_reduction="mean",
+                             generator=fresh_generator(device))
     with _hooks(model):
         try:
             yield private
@@ -177,6 +196,22 @@ def private_optimizer(model: nn.Module, optimizer: torch.optim.Optimizer, dp: Sa
             for p in private.params:
                 if hasattr(p, "summed_grad"):
                     del p.summed_grad
+
+
+@lru_cache(maxsize=1)
+def _noise_meter() -> type:
+    """Opacus's `DPOptimizer`, also summing the squared norm of the noise each step adds."""
+    from opacus.optimizers import DPOptimizer
+
+    class NoiseMeter(DPOptimizer):
+        noise_sq = 0.0
+
+        def add_noise(self) -> None:
+            super().add_noise()
+            self.noise_sq += sum(float(((p.grad - p.summed_grad.view_as(p)) ** 2).sum())
+                                 for p in self.params)
+
+    return NoiseMeter
 
 
 def empty_step(optimizer: torch.optim.Optimizer) -> None:
