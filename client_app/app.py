@@ -22,8 +22,7 @@ from client_app.replies import check_mask, error_replies
 from client_app.runtime import ClientSetup, client_setup, load_global, reported_budget, resolve_budget
 from client_app.worker import site_mod
 from settings import RunConfig
-from strategies.records import RUNTIME, from_record, runtime_record, to_record
-from strategies.validation import IDENTITY_KEY
+from strategies.records import IDENTITY, RUNTIME, from_record, runtime_record, to_record
 
 # error_replies outermost: a setting the site cannot use is an error reply, wherever it ran;
 # site_mod: a deployed site's messages run in its warm worker (client_app.worker)
@@ -43,7 +42,7 @@ def identify(msg: Message, context: Context) -> Message:
     Flower's node ids are random under Ray and new after a SuperNode restarts. A bad node config is
     refused here already."""
     node = node_settings(context.node_config, RunConfig.from_mapping(context.run_config))
-    return Message(RecordDict({IDENTITY_KEY: ConfigRecord({"client": node.client_id})}), reply_to=msg)
+    return Message(RecordDict({IDENTITY: ConfigRecord({"client": node.client_id})}), reply_to=msg)
 
 
 @app.train()

@@ -13,7 +13,6 @@ that never answers within the round timeout is reported as missing.
 from __future__ import annotations
 
 import math
-import re
 from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass
 
@@ -22,11 +21,9 @@ from flwr.app import ArrayRecord, Message, MetricRecord
 
 from flower_compat import flower_version, release_mismatch
 from strategies.aggregation import ClientUpdate
-from strategies.records import RUNTIME, State, from_record, layer_index
+from strategies.records import CLIENT_ID, IDENTITY, RUNTIME, State, from_record, layer_index
 
 SCORES_KEY = "scores"
-IDENTITY_KEY = "identity"
-CLIENT_ID = re.compile(r"[A-Za-z0-9._-]{1,64}")
 ARRAYS_KEY = "arrays"
 METRICS_KEY = "metrics"
 
@@ -147,10 +144,10 @@ def check_identity(msg: Message) -> str:
     """Validate a query reply's ``identity`` record: the client's id, 1-64 letters, digits, '.',
     '_' or '-' (it names the client's checkpoint files)."""
     content = _content(msg)
-    record = content.get(IDENTITY_KEY) if IDENTITY_KEY in content.config_records else None
+    record = content.get(IDENTITY) if IDENTITY in content.config_records else None
     client = record.get("client") if record is not None else None
     if not isinstance(client, str) or not CLIENT_ID.fullmatch(client):
-        raise Rejected(f"reply names no valid client id (ConfigRecord '{IDENTITY_KEY}', 'client'): "
+        raise Rejected(f"reply names no valid client id (ConfigRecord '{IDENTITY}', 'client'): "
                        f"{client!r}")
     return client
 

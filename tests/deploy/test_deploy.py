@@ -216,8 +216,10 @@ def test_killed_node_is_recorded_the_run_completes_and_the_restarted_node_rejoin
     rounds = trained_rounds(tmp_path / "fault" / "rounds.jsonl")
     assert [r["round"] for r in rounds] == [1, 2]
     assert all(r["aggregated"] for r in rounds)
-    failures = [f for f in rounds[0]["rejected"] if f["node"] == victim_id]
-    assert failures and rounds[0]["failures"] >= 1, rounds[0]["rejected"]
+    # its first message of the run may be the question who it is (round 0) or a round-1 message
+    early = read_jsonl(tmp_path / "fault" / "rounds.jsonl")[:2]
+    failures = [f for r in early for f in r["rejected"] if f["node"] == victim_id]
+    assert failures, [r["rejected"] for r in early]
     assert any("Node Unavailable" in f["reason"] or "no reply" in f["reason"] for f in failures)
     rows = read_jsonl(tmp_path / "fault" / "clients.jsonl")
     first = {r["node"]: r for r in rows if r["round"] == 1}

@@ -6,13 +6,13 @@ from __future__ import annotations
 from flwr.app import ConfigRecord, Context, Message, RecordDict
 from flwr.clientapp import ClientApp
 
-from strategies.validation import IDENTITY_KEY
+from strategies.records import IDENTITY
 
 
 def identity_reply(msg: Message, ctx: Context) -> Message:
     """The reply of a client whose id is its partition's, as the project's ClientApp says it."""
     client = f"partition-{int(ctx.node_config['partition-id'])}"
-    return Message(RecordDict({IDENTITY_KEY: ConfigRecord({"client": client})}), reply_to=msg)
+    return Message(RecordDict({IDENTITY: ConfigRecord({"client": client})}), reply_to=msg)
 
 
 def answers_queries(app: ClientApp) -> ClientApp:
