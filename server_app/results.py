@@ -4,7 +4,8 @@ Files:
 - ``config.json``: the validated run config, layer names, strategy;
 - ``rounds.jsonl``: one line per round: weighted metrics, phase seconds, message exchanges and
   messages sent, bytes, rejections, and the ``epsilon`` spent after it: with ``dp = "client"`` every
-  site's (`strategies.privacy`), with ``dp = "sample"`` the most any client has spent; round 0 is
+  site's (`strategies.privacy`, PLD; ``epsilon-rdp`` beside it), with ``dp = "sample"`` the most any
+  client has spent; round 0 is
   the initial adapters' evaluation (nothing trained);
 - ``clients.jsonl``: one line per client per round: eigenvalues, scores, budget, mask, bytes
   down/up, train and evaluation metrics (round 0: the initial evaluation and round 1's scores go
@@ -121,6 +122,8 @@ class Recorder:
                  if "dp-epsilon" in m]
         if log.epsilon is not None or spent:  # client: every site's; sample: the most any client spent
             summary["epsilon"] = log.epsilon if log.epsilon is not None else max(spent)
+        if log.epsilon_rdp is not None:
+            summary["epsilon-rdp"] = log.epsilon_rdp
         self._append("clients.jsonl", rows)
         self._append("rounds.jsonl", [summary])
         if log.assignment is not None:

@@ -119,7 +119,8 @@ class RoundLog:
     exchanges: int = 0  # message exchanges sent in this round (each one phase)
     messages: int = 0  # messages sent in them
     aggregated: bool = False
-    epsilon: float | None = None  # dp = "client": the ε every site has spent after this round
+    epsilon: float | None = None  # dp = "client": the ε every site has spent after this round (PLD)
+    epsilon_rdp: float | None = None  # the same by RDP, recorded beside it
     logged: set[tuple[int, str]] = field(default_factory=set, repr=False)  # shared across rounds
 
     def reject(self, node_id: int, stage: str, reason: str) -> None:
@@ -519,6 +520,7 @@ class LayerSelectionStrategy(Strategy):
             self.round_log = self.next_log
             if self.accountant is not None:
                 self.round_log.epsilon = self.accountant.epsilon(server_round)
+                self.round_log.epsilon_rdp = self.accountant.epsilon(server_round, "rdp")
             messages = list(self.configure_train(
                 server_round, to_record(self.global_state), ConfigRecord(dict(train_config or {})),
                 grid))
