@@ -125,7 +125,8 @@ def evaluate(msg: Message, context: Context) -> Message:
         batch = _scoring_batch(setup.partition.train, int(config["score-batch-size"]),
                                setup.config.seed * 1_000_003 + (server_round + 1) * 1_009
                                + setup.partition_id)
-        eigenvalues = tasks.score_layers(setup.model, batch, scorer=scorer, mode=str(config["score-mode"]))
+        eigenvalues = tasks.score_layers(setup.model, batch, scorer=scorer, mode=str(config["score-mode"]),
+                                         piece_size=setup.config.batch_size)  # memory of a training step
     reply["scores"] = MetricRecord({
         "eigenvalues": [float(v) for v in eigenvalues],
         "budget": resolve_budget(setup, context),

@@ -5,21 +5,29 @@ F3OCUS's overhead is 151.4 s vs 137.5 s per round, i.e. ~10%).
     python -m experiments.bench_client --repeat 5      # 5 fresh processes: median, min, max of each figure
     python -m experiments.bench_client --model tiny-llava --budgets 1,2,4  # per k: s/step, overhead, memory
     python -m experiments.bench_client --config conf/bench-gen.toml --budgets 1,2,4,8  # its round's sizes
+    python -m experiments.bench_client --model hf:/tmp/llava-1b --dataset synthetic --dtype bfloat16 \
+        --gradient-checkpointing --json   # docs/results/lntk-memory (experiments.random_llava)
 
 The model, data set, scoring batch, local steps, batch size and learning rates default to the app's
 own run config (`[tool.flwr.app.config]` in pyproject.toml), or, with ``--config``, to a run-config
 file's values where it sets them, so "one local round" is the round a client of that run really
 runs. LNTK (mode "loss") scores all layers; the round trains BUDGET = 4 layers (the top-4 LNTK
-layers, as F3OCUS would train them). The client is partition 0 of 5 (by-question-type; `--partition`). One
-forward pass warms up the kernels; LNTK then scores the batch twice. The first call pays the
-process's one-time costs of its first backward pass (kernel and autograd start-up, which training
-pays instead when it runs first); a client keeps its process across rounds (simulation actors,
-deployed site workers), so every later round costs what the second call costs. Prints lntk_s (the
+layers, as F3OCUS would train them). The client is partition 0 of 5 (by-question-type;
+`--partition`, `--partitioner`). One forward pass warms up the kernels; LNTK then scores the batch
+twice. The first call pays the process's one-time costs of its first backward pass (kernel and
+autograd start-up, which training pays instead when it runs first); a client keeps its process
+across rounds (simulation actors, deployed site workers), so every later round costs what the
+second call costs. Prints lntk_s (the
 second call: the per-round cost), train_round_s, overhead = lntk_s / train_round_s, lntk_first_s
 and overhead_first (the first call: a fresh process's first round), samples_per_s (training),
-peak_rss_mb (whole process), and, because wall time on a shared machine depends on the other
-processes, the same in process CPU seconds (lntk_cpu_s, train_round_cpu_s, overhead_cpu) and the
-1-minute load average at the start and at the end of the run.
+peak_rss_mb (whole process), the peak memory of the scoring (both calls) and of the round apart
+(lntk_peak_mb, train_peak_mb, their ratio lntk_over_train_peak, and the memory at each phase's
+start, lntk_base_mb and train_base_mb; `PhasePeak` says how each is measured), and, because wall
+time on a shared machine depends on the other processes, the same in process CPU seconds
+(lntk_cpu_s, train_round_cpu_s, overhead_cpu) and the 1-minute load average at the start and at
+the end of the run. LNTK scores at most ``--batch-size`` samples at a time, as a client does
+(`tasks.lntk_pieces`). For a model with token ids: step_s, step_tokens (one padded batch) and
+step_flops (4·N·T), and with ``--peak-flops`` the share of that peak a step reaches.
 
 `--repeat N` runs the benchmark N times, each in a fresh Python process (so every run pays the
 first-call costs a client pays, none is warmed by an earlier one), one after the other, and prints
@@ -29,11 +37,14 @@ each run's figures and then the median, min and max of every numeric figure.
 from __future__ import annotations
 
 import argparse
+import contextlib
+import ctypes
 import json
 import os
 import resource
 import subprocess
 import sys
+import threading
 import time
 import tomllib
 from pathlib import Path
@@ -87,33 +98,39 @@ def run(
     budget: int = BUDGET,
     seed: int = 0,
     partition: int = 0,
+    partitioner: str = "by-question-type",
     rank_check: bool = False,
     rank_reference: int = 64,
     budgets: tuple[int, ...] = (),
     device: str = "cpu",
     model_options: dict | None = None,
     rates: dict[str, float] | None = None,
+    peak_flops: float | None = None,
 ) -> dict[str, float]:
-    """One client's round: LNTK scoring, then ``steps`` local steps on the top-``budget`` layers
-    (and per ``budgets`` k, `per_budget`); ``rates``: lr, head-lr, weight-decay (default `APP`'s)."""
+    """One client's round: LNTK scoring (in pieces of at most ``batch_size`` samples, as the client
+    scores), then ``steps`` local steps on the top-``budget`` layers (and per ``budgets`` k,
+    `per_budget`); ``rates``: lr, head-lr, weight-decay (default `APP`'s); ``peak_flops``: the
+    device's peak FLOP/s, for the share of it a local step uses (`step_flops`)."""
     rates = {**{k: APP[k] for k in ("lr", "head-lr", "weight-decay")}, **(rates or {})}
     load_start = os.getloadavg()[0]
-    part = load_partition(dataset, partition, 5, "by-question-type", seed=seed)
+    part = load_partition(dataset, partition, 5, partitioner, seed=seed)
     model = build_model(ModelSpec(model_name, seed=seed, **(model_options or {})), len(part.labels),
                         part.task).to(device)
     model.answers = tuple(part.labels)  # a generative model writes its answers as text
     with torch.no_grad():  # warm-up
         model(model.collate(part.train[:batch_size]))
-    first = layer_scores(model, part.train[:scoring_batch])
-    cpu = time.process_time()
-    scores = layer_scores(model, part.train[:scoring_batch])
-    lntk_cpu = time.process_time() - cpu
+    with PhasePeak(model.device) as lntk_memory:
+        first = layer_scores(model, part.train[:scoring_batch], piece_size=batch_size)
+        cpu = time.process_time()
+        scores = layer_scores(model, part.train[:scoring_batch], piece_size=batch_size)
+        lntk_cpu = time.process_time() - cpu
     mask = np.zeros(len(model.layer_names), bool)
     mask[np.argsort(-scores.scores)[: min(budget, len(mask))]] = True
-    start, cpu = time.perf_counter(), time.process_time()
-    train(model, part.train, mask, steps=steps, batch_size=batch_size, lr=rates["lr"],
-          head_lr=rates["head-lr"], weight_decay=rates["weight-decay"], device=device)
-    train_s, train_cpu = time.perf_counter() - start, time.process_time() - cpu
+    with PhasePeak(model.device) as train_memory:
+        start, cpu = time.perf_counter(), time.process_time()
+        train(model, part.train, mask, steps=steps, batch_size=batch_size, lr=rates["lr"],
+              head_lr=rates["head-lr"], weight_decay=rates["weight-decay"], device=device)
+        train_s, train_cpu = time.perf_counter() - start, time.process_time() - cpu
     peak_rss_mb = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024
     load = os.getloadavg()[0]
     extra = (rank_agreement(model, part.train, scoring_batch, int(mask.sum()), reference=rank_reference)
@@ -139,11 +156,86 @@ def run(
         "overhead_cpu": round(lntk_cpu / train_cpu, 4),
         "samples_per_s": round(steps * batch_size / train_s, 2),
         "peak_rss_mb": round(peak_rss_mb, 1),
+        "memory": lntk_memory.kind,
+        "lntk_peak_mb": lntk_memory.peak_mb,
+        "train_peak_mb": train_memory.peak_mb,
+        "lntk_over_train_peak": round(lntk_memory.peak_mb / train_memory.peak_mb, 4),
+        "lntk_base_mb": lntk_memory.base_mb,
+        "train_base_mb": train_memory.base_mb,
+        **step_flops(model, part.train[:batch_size], train_s / steps, peak_flops),
         "torch_threads": torch.get_num_threads(),
         "load_avg_1m_start": round(load_start, 2),
         "load_avg_1m": round(load, 2),
         **extra,
     }
+
+
+class PhasePeak:
+    """Peak memory of one phase of the run, as a context manager. CUDA: the most memory allocated
+    during the phase. CPU: the most resident memory of the process, sampled every 2 ms by a thread
+    (ru_maxrss only grows, so it cannot tell the training's peak from the scoring's before it), after
+    handing freed heap memory back to the system (glibc's malloc_trim) so that the phase starts from
+    what the process still holds. ``base_mb``: the memory at the start, ``peak_mb``: the peak, both
+    including the model's weights."""
+
+    INTERVAL_S = 0.002
+
+    def __init__(self, device: torch.device) -> None:
+        self.device = device
+        self.kind = "cuda max allocated" if device.type == "cuda" else "rss sampled every 2 ms"
+        self.base_mb = self.peak_mb = 0.0
+        self._stop = threading.Event()
+
+    def __enter__(self) -> PhasePeak:
+        if self.device.type == "cuda":
+            torch.cuda.synchronize(self.device)
+            torch.cuda.reset_peak_memory_stats(self.device)
+            self.base_mb = round(torch.cuda.memory_allocated(self.device) / 2**20, 1)
+            return self
+        _trim_heap()
+        self.base_mb = self.peak_mb = round(_rss_mb(), 1)
+        self._thread = threading.Thread(target=self._sample, daemon=True)
+        self._thread.start()
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        if self.device.type == "cuda":
+            torch.cuda.synchronize(self.device)
+            self.peak_mb = round(torch.cuda.max_memory_allocated(self.device) / 2**20, 1)
+            return
+        self._stop.set()
+        self._thread.join()
+        self.peak_mb = round(max(self.peak_mb, _rss_mb()), 1)
+
+    def _sample(self) -> None:
+        while not self._stop.wait(self.INTERVAL_S):
+            self.peak_mb = max(self.peak_mb, _rss_mb())
+
+
+def _rss_mb() -> float:
+    """The process's resident memory now (Linux /proc)."""
+    with open("/proc/self/statm") as statm:
+        return int(statm.read().split()[1]) * os.sysconf("SC_PAGE_SIZE") / 2**20
+
+
+def _trim_heap() -> None:
+    with contextlib.suppress(OSError, AttributeError):  # not glibc: the phase starts from what the heap keeps
+        ctypes.CDLL("libc.so.6").malloc_trim(0)
+
+
+def step_flops(model: torch.nn.Module, batch: list, step_s: float, peak_flops: float | None
+               ) -> dict[str, float]:
+    """Frozen-base LoRA costs about 4·N·T FLOPs a step (forward, and the backward pass of the
+    activations; N parameters, T tokens of one batch, padded): that and, with ``peak_flops``, the
+    share of the device's peak a step of ``step_s`` seconds reaches. Empty without token ids."""
+    ids = model.collate(batch).get("input_ids")
+    if ids is None:
+        return {}
+    flops = 4 * sum(p.numel() for p in model.parameters()) * ids.numel()
+    out = {"step_s": round(step_s, 4), "step_tokens": ids.numel(), "step_flops": float(f"{flops:.4g}")}
+    if peak_flops:
+        out["step_peak_share"] = float(f"{flops / step_s / peak_flops:.4g}")
+    return out
 
 
 def peak_memory_mb(device: torch.device) -> float:
@@ -236,7 +328,8 @@ def child_argv(args: argparse.Namespace) -> list[str]:
     """The command line of one of `--repeat`'s runs: the same settings, run once."""
     argv = []
     for key in ("config", "model", "dataset", "scoring_batch", "steps", "batch_size", "budget", "seed",
-                "partition", "rank_reference", "threads", "budgets", "device", "dtype"):
+                "partition", "partitioner", "rank_reference", "threads", "budgets", "device", "dtype",
+                "peak_flops"):
         value = getattr(args, key)
         if value is not None and value != "":
             argv += [f"--{key.replace('_', '-')}", str(value)]
@@ -260,6 +353,9 @@ def main(argv: list[str] | None = None) -> None:
     parser.add_argument("--budget", type=_positive, default=BUDGET)
     parser.add_argument("--seed", type=int, default=0)
     parser.add_argument("--partition", type=int, default=0, help="which of the 5 partitions is the client")
+    parser.add_argument("--partitioner", default="by-question-type",
+                        help="how the data set is cut among the 5 clients (by-question-type:<gamma>, "
+                             "dirichlet:<gamma>: without flwr-datasets)")
     parser.add_argument("--rank-check", action="store_true",
                         help="after the round, layer ranks of 4 scoring batches vs a reference batch")
     parser.add_argument("--rank-reference", type=_positive, default=64,
@@ -274,6 +370,9 @@ def main(argv: list[str] | None = None) -> None:
     parser.add_argument("--dtype", default="float32", choices=("float32", "bfloat16", "float16"),
                         help="generative models' frozen weights")
     parser.add_argument("--gradient-checkpointing", action="store_true")
+    parser.add_argument("--peak-flops", type=float, default=None,
+                        help="the device's peak FLOP/s (e.g. 790e12, an H200's bf16): prints the share "
+                             "of it a local step reaches (4·N·T FLOPs)")
     parser.add_argument("--json", action="store_true", help="print one JSON line")
     args = parser.parse_args(argv)
     if args.repeat > 1:
@@ -302,6 +401,7 @@ def main(argv: list[str] | None = None) -> None:
         budget=args.budget,
         seed=args.seed,
         partition=args.partition,
+        partitioner=args.partitioner,
         rank_check=args.rank_check,
         rank_reference=args.rank_reference,
         budgets=tuple(int(k) for k in args.budgets.split(",") if k.strip()),
@@ -309,6 +409,7 @@ def main(argv: list[str] | None = None) -> None:
         model_options={"dtype": args.dtype, "gradient_checkpointing": args.gradient_checkpointing,
                        "device": args.device},
         rates={k: base[k] for k in ("lr", "head-lr", "weight-decay")},
+        peak_flops=args.peak_flops,
     )
     if args.json:
         print(json.dumps(result))

@@ -20,12 +20,16 @@ Modes:
 
 How Θˡ is computed in modes "loss" and "logit" (both exact, same Θˡ up to rounding):
 * hooks (used whenever every scored parameter is the weight/bias of a plain nn.Linear or
-  groups = 1 nn.Conv2d, i.e. LoRA's A and B): one batched forward and one backward of the summed
-  per-sample losses (for "logit": batched over the C summed logits), Θˡ from the captured module
-  inputs and output gradients without per-sample autograd (tasks/lntk_hooks.py). Exact because
-  samples do not interact in the batch in eval mode (BatchNorm uses its running statistics);
+  groups = 1 nn.Conv2d, i.e. LoRA's A and B): per piece of at most ``piece_size`` samples, one
+  batched forward and one backward of the summed per-sample losses (for "logit": one backward per
+  class), the rows of Jˡ from the module inputs and output gradients without per-sample autograd,
+  and Θˡ over all pieces at the end (tasks/lntk_hooks.py). Exact because samples do not interact in
+  the batch in eval mode (BatchNorm uses its running statistics). Blocks the model checkpoints in
+  training are checkpointed here too, and the pieces bound the samples held at once
+  (tasks/lntk_pieces.py): scoring needs no more memory than training;
 * per-sample gradients otherwise (adapter="layer", or when the hook guard trips): one
-  `torch.func.vmap(grad(...))` (`vmap(jacrev(...))` for "logit") pass over `functional_call`.
+  `torch.func.vmap(grad(...))` (`vmap(jacrev(...))` for "logit") pass over `functional_call`, all
+  samples at once.
 
 The model is scored in eval mode (no dropout) and restored to its previous mode afterwards.
 λ₁ is `torch.linalg.eigvalsh` (float64) up to LANCZOS_ABOVE rows, else Lanczos
@@ -47,8 +51,9 @@ from __future__ import annotations
 
 import time
 import warnings
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass
+from functools import partial
 from typing import TYPE_CHECKING
 
 import numpy as np
@@ -58,7 +63,8 @@ from torch import nn
 from torch.func import functional_call, grad, jacrev, vmap
 
 from tasks.adapters import layer_parameter_names
-from tasks.lntk_hooks import NotHookable, hook_sites, hooked_grams
+from tasks.lntk_hooks import NotHookable, Piece, hook_sites, hooked_grams
+from tasks.lntk_pieces import checkpointed, piece_bounds, piece_inputs
 from tasks.models.base import FederatedVLM
 from tasks.models.generative import split_inputs
 from tasks.names import SCORE_MODES
@@ -79,11 +85,14 @@ class LayerScores:
     seconds: float
 
 
-def layer_scores(model: FederatedVLM, samples: Sequence[Sample], mode: str = "loss") -> LayerScores:
-    """λ₁ of every selectable layer's LNTK on `samples` and the normalised scores Sˡ."""
+def layer_scores(model: FederatedVLM, samples: Sequence[Sample], mode: str = "loss",
+                 piece_size: int | None = None) -> LayerScores:
+    """λ₁ of every selectable layer's LNTK on `samples` and the normalised scores Sˡ; the hook path
+    scores at most ``piece_size`` samples at a time (None: all at once), with the same result."""
     check_mode(model, mode)
     if len(samples) == 0:
         raise ValueError("samples is empty: LNTK scoring needs at least one sample")
+    pieces = piece_bounds(len(samples), piece_size)
     start = time.perf_counter()
     groups = [layer_parameter_names(model, layer) for layer in range(len(model.layer_names))]
     was_training = model.training
@@ -93,7 +102,7 @@ def layer_scores(model: FederatedVLM, samples: Sequence[Sample], mode: str = "lo
         if mode == "paper":
             eigenvalues = _paper_eigenvalues(model, batch, groups)
         else:
-            grams = _grams(model, batch, groups, mode)
+            grams = _grams(model, batch, groups, mode, pieces)
             eigenvalues = np.array([principal_eigenvalue(g) for g in grams])
     finally:
         if was_training:
@@ -135,7 +144,8 @@ class _Tail(nn.Module):
         return self.model.forward_embedded(emb)
 
 
-def _grams(model: FederatedVLM, batch: Batch, groups: list[list[str]], mode: str) -> list[torch.Tensor]:
+def _grams(model: FederatedVLM, batch: Batch, groups: list[list[str]], mode: str,
+           pieces: list[tuple[int, int]]) -> list[torch.Tensor]:
     """Per-layer Gram matrices J Jᵀ (float64): from hooks where possible, else per-sample gradients."""
     labels = batch.pop("labels")
     with torch.no_grad():
@@ -143,7 +153,8 @@ def _grams(model: FederatedVLM, batch: Batch, groups: list[list[str]], mode: str
     sites = hook_sites(model, groups)
     if sites is not None:
         try:
-            return _hooked(model, sites, emb, labels, groups, mode)
+            with checkpointed(model):
+                return hooked_grams(sites, _pieces(model, emb, labels, mode, pieces), groups)
         except NotHookable as err:
             warnings.warn(
                 f"LNTK hooks cannot score {type(model).__name__} ({err}); "
@@ -154,18 +165,21 @@ def _grams(model: FederatedVLM, batch: Batch, groups: list[list[str]], mode: str
     return per_sample_grams(model, emb, labels, groups, mode)
 
 
-def _hooked(
-    model: FederatedVLM, sites: list, emb: Batch, labels: torch.Tensor, groups: list[list[str]], mode: str
-) -> list[torch.Tensor]:
-    """Θˡ from one batched pass (tasks/lntk_hooks.py): rows are per-sample losses or logits."""
+def _pieces(model: FederatedVLM, emb: Batch, labels: torch.Tensor, mode: str,
+            bounds: list[tuple[int, int]]) -> Iterator[Piece]:
+    """The hook path's pieces (tasks/lntk_hooks.py), each on its own inputs; rows are per-sample
+    losses or logits."""
     n = labels.shape[0]
+    for start, stop in bounds:
+        inputs, targets = piece_inputs(emb, n, start, stop), labels[start:stop]
 
-    def per_sample(logits: torch.Tensor) -> torch.Tensor:
-        if mode == "logit":
-            return logits
-        return torch.stack([model.loss(logits[i : i + 1], labels[i : i + 1]) for i in range(n)])[:, None]
+        def per_sample(logits: torch.Tensor, targets: torch.Tensor = targets) -> torch.Tensor:
+            if mode == "logit":
+                return logits
+            return torch.stack([model.loss(logits[i : i + 1], targets[i : i + 1])
+                                for i in range(targets.shape[0])])[:, None]
 
-    return hooked_grams(sites, lambda: model.forward_embedded(emb), per_sample, groups, n)
+        yield Piece(stop - start, partial(model.forward_embedded, inputs), per_sample)
 
 
 def per_sample_grams(

@@ -1,17 +1,22 @@
-"""LNTK Gram matrices from ONE batched forward + backward pass, without per-sample autograd.
+"""LNTK Gram matrices from batched forward + backward passes, without per-sample autograd.
 
 For a linear map y_t = W x_t (+ b) applied at positions t (tokens, or pixels of a convolution) of
 sample i, the gradient of any scalar fᵢ of sample i alone is gᵢ = Σₜ δᵢₜ xᵢₜᵀ (bias: Σₜ δᵢₜ), with
-δᵢₜ = ∂fᵢ/∂yᵢₜ. So the rows of Jˡ (paper Eq. 8) for the LoRA matrices of a layer follow from the
-module inputs x (forward hooks) and output gradients δ of a single backward pass of Σᵢ fᵢ, as long
-as samples do not interact in the batch (eval mode: no batch-norm statistics, no dropout). LoRA's
+δᵢₜ = ∂fᵢ/∂yᵢₜ. So row i of Jˡ (paper Eq. 8) for the LoRA matrices of a layer follows from each
+module's input x and output gradient δ in a backward pass of Σᵢ fᵢ, as long as samples do not
+interact in the batch (eval mode: no batch-norm statistics, no dropout). LoRA's
 h = W₀x + s·B(A x) needs no special case: A and B are `nn.Linear` / `nn.Conv2d` modules of their
-own, and autograd hands each its own δ (for A: s·Bᵀδ, the chain rule). Θˡ = Σ_modules ⟨gᵢ, gⱼ⟩ is
-then computed per module by whichever of two exact forms is cheaper:
+own, and autograd hands each its own δ (for A: s·Bᵀδ, the chain rule).
 
-* rows: form gᵢ (n × out·in, small for LoRA's rank-r factors) and take G Gᵀ;
-* kernel: ⟨gᵢ, gⱼ⟩ = Σₜ Σₜ' (δᵢₜ·δⱼₜ')(xᵢₜ·xⱼₜ') from two n·T × n·T inner-product matrices, never
-  forming gᵢ (cheap when n·T is smaller than the weight).
+Memory: a forward hook puts a capture node on each call's output that saves the call's input
+through autograd's saved-tensor mechanism, and turns (x, δ) into the per-sample rows gᵢ the moment δ
+arrives in the backward pass; x and δ are then freed. So the pass holds what training would (x is
+the tensor the LoRA matrix saves for its own gradient anyway), and where the model recomputes
+checkpointed blocks in the backward pass (`torch.utils.checkpoint`), x is recomputed with them:
+only one block's inputs are alive at a time. The samples can be scored in pieces (`Piece`), one
+forward and backward each: the rows of every piece (n × p per parameter, small for LoRA's rank-r
+factors) are kept, and Θˡ = Jˡ Jˡᵀ over all n samples is formed after the last piece, so the
+cross terms between samples of different pieces are those of one pass.
 
 A convolution with groups = 1 is the same linear map on unfolded patches (`F.unfold`; a 1×1
 stride-1 convolution on its pixels directly). `hook_sites` returns None when a scored parameter is
@@ -25,13 +30,13 @@ consumer per call of its module). In both cases tasks.lntk takes the per-sample-
 
 from __future__ import annotations
 
-from collections.abc import Callable
-from dataclasses import dataclass, field
+from collections.abc import Callable, Iterable
+from dataclasses import dataclass
+from typing import NamedTuple
 
 import torch
 import torch.nn.functional as F
 from torch import nn
-from torch.autograd.graph import GradientEdge, get_gradient_edge
 
 
 class NotHookable(Exception):
@@ -40,13 +45,20 @@ class NotHookable(Exception):
 
 @dataclass
 class _Site:
-    """One module that owns scored parameters, and what its hooks captured."""
+    """One module that owns scored parameters."""
 
     module: nn.Linear | nn.Conv2d
     params: dict[str, str]  # "weight" / "bias" -> full parameter name
-    inputs: list[torch.Tensor] = field(default_factory=list)  # per call: (n, T, in) patches
-    outputs: list[GradientEdge] = field(default_factory=list)  # per call: where its output's δ arrives
-    shapes: list[torch.Size] = field(default_factory=list)  # per call: the output's shape
+
+
+class Piece(NamedTuple):
+    """``size`` samples scored in one forward and backward pass: ``forward()`` returns their logits,
+    ``per_sample(logits)`` their (size, R) per-sample quantities (R = 1: each sample's loss; R = C:
+    its logits)."""
+
+    size: int
+    forward: Callable[[], torch.Tensor]
+    per_sample: Callable[[torch.Tensor], torch.Tensor]
 
 
 def hook_sites(model: nn.Module, groups: list[list[str]]) -> list[_Site] | None:
@@ -64,67 +76,96 @@ def hook_sites(model: nn.Module, groups: list[list[str]]) -> list[_Site] | None:
     return list(sites.values())
 
 
-def hooked_grams(
-    sites: list[_Site],
-    forward: Callable[[], torch.Tensor],
-    per_sample: Callable[[torch.Tensor], torch.Tensor],
-    groups: list[list[str]],
-    n: int,
-) -> list[torch.Tensor]:
-    """Per-group Gram matrices Θ = J Jᵀ (float64) over the rows of `per_sample(forward())`.
+def hooked_grams(sites: list[_Site], pieces: Iterable[Piece], groups: list[list[str]]) -> list[torch.Tensor]:
+    """Per-group Gram matrices Θ = J Jᵀ (float64) over the rows of every piece's `per_sample`.
 
-    `sites` come from `hook_sites`; `forward()` runs the batch; `per_sample(logits)` returns an
-    (n, R) matrix of per-sample quantities (R = 1: each sample's loss; R = C: its logits), row
-    i·R + r of J is the gradient of quantity r of sample i, as in the per-sample-gradient path.
-    One backward pass of the summed column (R = 1), or one pass batched over the R columns
-    (`is_grads_batched`, R > 1)."""
-    for site in sites:
-        site.inputs.clear()
-        site.outputs.clear()
-        site.shapes.clear()
+    `sites` come from `hook_sites`. Row i·R + r of J is the gradient of quantity r of sample i, the
+    samples in the order of the pieces, as in the per-sample-gradient path; one backward pass per
+    column r of a piece."""
+    done = [_piece_rows(sites, piece) for piece in pieces]
+    count = sum(sink.size * sink.columns for sink in done)
+    return [_group_gram(group, done, count) for group in groups]
+
+
+class _Sink:
+    """One piece's capture state: the rows gᵢᵣ per parameter, filled as the δ arrive."""
+
+    def __init__(self, size: int) -> None:
+        self.size = size  # samples in the piece
+        self.columns = 1  # R, known once the forward pass has run
+        self.column = 0  # the r whose backward pass is running
+        self.recording = True  # False in the backward pass, where checkpointed blocks run again
+        self.calls: dict[int, int] = {}  # id(module) -> calls in the forward pass
+        self.rows: dict[str, torch.Tensor] = {}  # parameter name -> (size, R, p)
+
+    def hook(self, site: _Site) -> Callable[..., torch.Tensor]:
+        def capture(module: nn.Module, args: tuple, output: torch.Tensor) -> torch.Tensor:
+            x = args[0] if args else None
+            if self.recording:
+                if not isinstance(x, torch.Tensor) or not x.shape[0] == output.shape[0] == self.size:
+                    raise NotHookable(f"{type(module).__name__} input is not batch-first with "
+                                      f"{self.size} samples")
+                self.calls[id(module)] = self.calls.get(id(module), 0) + 1
+            return _Capture.apply(output, x, self, site)
+
+        return capture
+
+    def add(self, site: _Site, x: torch.Tensor, delta: torch.Tensor) -> None:
+        """gᵢᵣ = Σₜ δᵢᵣₜ xᵢₜᵀ (weight) or Σₜ δᵢᵣₜ (bias) of one call, added to the rows of column r."""
+        dtype = torch.promote_types(torch.promote_types(x.dtype, delta.dtype), torch.float32)
+        x, delta = _patches(site.module, x).to(dtype), _positions(site.module, delta).to(dtype)
+        for kind, name in site.params.items():
+            g = delta.sum(1) if kind == "bias" else torch.einsum("mto,mti->moi", delta, x)
+            g = g.reshape(self.size, -1)
+            if name not in self.rows:
+                self.rows[name] = g.new_zeros(self.size, self.columns, g.shape[1])
+            self.rows[name][:, self.column] += g
+
+
+class _Capture(torch.autograd.Function):
+    """Identity on a module's output that saves the module's input and hands (input, δ) to the sink."""
+
+    @staticmethod
+    def forward(ctx, output: torch.Tensor, x: torch.Tensor, sink: _Sink, site: _Site) -> torch.Tensor:
+        ctx.save_for_backward(x)  # recomputed, not kept, inside a checkpointed block
+        ctx.sink, ctx.site = sink, site
+        return output.clone()  # a new tensor, so later in-place ops on the output stay legal
+
+    @staticmethod
+    def backward(ctx, delta: torch.Tensor) -> tuple[torch.Tensor, None, None, None]:
+        (x,) = ctx.saved_tensors
+        ctx.sink.add(ctx.site, x, delta)
+        return delta, None, None, None
+
+
+def _piece_rows(sites: list[_Site], piece: Piece) -> _Sink:
+    """One forward pass of the piece with capture hooks, then one backward pass per column."""
     scored = {name: getattr(site.module, kind) for site in sites for kind, name in site.params.items()}
     flags = {name: p.requires_grad for name, p in scored.items()}
-    handles = [site.module.register_forward_hook(_capture(site, n)) for site in sites]
+    sink = _Sink(piece.size)
+    handles = [site.module.register_forward_hook(sink.hook(site)) for site in sites]
     try:
         for p in scored.values():
             p.requires_grad_(True)
         with torch.enable_grad():
-            values = per_sample(forward())
-            calls = [out for site in sites for out in site.outputs]
-            grads: tuple[torch.Tensor | None, ...] = (None,) * len(calls)
+            values = piece.per_sample(piece.forward())
+            sink.recording, sink.columns = False, values.shape[1]
             if values.grad_fn is not None:  # else no scored parameter reaches the outputs
-                _check_uses(values, sites, scored)
-                grads = _backward(values, calls) if calls else ()
+                _check_uses(values, sites, scored, sink.calls)
+                for r in range(sink.columns):
+                    sink.column = r
+                    torch.autograd.grad(values[:, r].sum(), list(scored.values()),
+                                        retain_graph=r + 1 < sink.columns, allow_unused=True)
     finally:
         for handle in handles:
             handle.remove()
         for name, p in scored.items():
             p.requires_grad_(flags[name])
-    parts: dict[str, _Part] = {}
-    offset = 0
-    for site in (site for site in sites if site.outputs):  # a module never called adds nothing
-        count = len(site.outputs)
-        x, delta = _site_tensors(site, grads[offset : offset + count], n, values.shape[1])
-        offset += count
-        for kind, name in site.params.items():
-            parts[name] = _param_part(kind, x, delta)
-    return [_group_gram(group, parts, values.numel()) for group in groups]
+    return sink
 
 
-def _backward(values: torch.Tensor, wrt: list[GradientEdge]) -> tuple[torch.Tensor | None, ...]:
-    """Gradients of Σᵢ values[i, r] w.r.t. `wrt`, each with a leading axis over r."""
-    n, r = values.shape
-    if r == 1:
-        grads = torch.autograd.grad(values, wrt, torch.ones_like(values), allow_unused=True)
-        return tuple(None if g is None else g.unsqueeze(0) for g in grads)
-    basis = torch.eye(r, dtype=values.dtype, device=values.device).unsqueeze(1).expand(r, n, r)
-    try:
-        return torch.autograd.grad(values, wrt, basis, is_grads_batched=True, allow_unused=True)
-    except RuntimeError as err:  # a batching rule that vmap lacks
-        raise NotHookable(f"batched backward failed: {str(err).splitlines()[0][:120]}") from err
-
-
-def _check_uses(values: torch.Tensor, sites: list[_Site], scored: dict[str, torch.Tensor]) -> None:
+def _check_uses(values: torch.Tensor, sites: list[_Site], scored: dict[str, torch.Tensor],
+                calls: dict[int, int]) -> None:
     """The guard: walk the autograd graph of `values` once and count the consumers of every scored
     parameter; a plain Linear / Conv2d call consumes its weight and bias once each, so any other
     count means the parameter is also used outside its module's forward."""
@@ -142,7 +183,7 @@ def _check_uses(values: torch.Tensor, sites: list[_Site], scored: dict[str, torc
                 stack.append(node)
     for site in sites:
         for name in site.params.values():
-            if uses[name] != len(site.outputs):
+            if uses[name] != calls.get(id(site.module), 0):
                 raise NotHookable(f"{name} is also used outside its module's forward")
 
 
@@ -157,18 +198,6 @@ def _plain(module: nn.Module | None) -> bool:
     )
 
 
-def _capture(site: _Site, n: int) -> Callable[..., None]:
-    def hook(module: nn.Module, args: tuple, output: torch.Tensor) -> None:
-        x = args[0] if args else None
-        if not isinstance(x, torch.Tensor) or x.shape[0] != n or output.shape[0] != n:
-            raise NotHookable(f"{type(module).__name__} input is not batch-first with {n} samples")
-        site.inputs.append(_patches(module, x.detach()))
-        site.outputs.append(get_gradient_edge(output))  # not the output: it is freed as usual
-        site.shapes.append(output.shape)
-
-    return hook
-
-
 def _patches(module: nn.Module, x: torch.Tensor) -> torch.Tensor:
     """(n, T, in): the rows a Linear / Conv2d multiplies by its (flattened) weight."""
     if isinstance(module, nn.Linear):
@@ -180,53 +209,25 @@ def _patches(module: nn.Module, x: torch.Tensor) -> torch.Tensor:
     return cols.transpose(1, 2)
 
 
-def _site_tensors(
-    site: _Site, grads: tuple[torch.Tensor | None, ...], n: int, r: int
-) -> tuple[torch.Tensor, torch.Tensor]:
-    """Inputs (n, T, in) and output gradients (n, R, T, out), all calls of the module along T.
-    `grads` holds, per call, the (R, *output shape) gradient of the call's output (or None)."""
-    x = site.inputs[0] if len(site.inputs) == 1 else torch.cat(site.inputs, 1)
-    parts = []
-    for shape, d in zip(site.shapes, grads, strict=True):
-        d = torch.zeros(r, *shape, dtype=x.dtype, device=x.device) if d is None else d
-        d = d.flatten(3).transpose(2, 3) if d.dim() == 5 else d.reshape(d.shape[0], n, -1, d.shape[-1])
-        parts.append(d)  # (R, n, T, out)
-    delta = parts[0] if len(parts) == 1 else torch.cat(parts, 2)
-    return x, delta.transpose(0, 1)
+def _positions(module: nn.Module, delta: torch.Tensor) -> torch.Tensor:
+    """(n, T, out): the output gradient at the positions of `_patches`."""
+    if isinstance(module, nn.Linear):
+        return delta.reshape(delta.shape[0], -1, delta.shape[-1])
+    return delta.flatten(2).transpose(1, 2)
 
 
-@dataclass
-class _Part:
-    """One parameter's share of Θ: its per-sample gradients, or its kernel-form Gram matrix."""
-
-    rows: torch.Tensor | None  # (n, R, p): gᵢᵣ flattened; None when the kernel form was cheaper
-    gram: torch.Tensor | None = None  # kernel form: (n·R, n·R) float64
-
-
-def _param_part(kind: str, x: torch.Tensor, delta: torch.Tensor) -> _Part:
-    """gᵢᵣ = Σₜ δᵢᵣₜ xᵢₜᵀ (weight) or Σₜ δᵢᵣₜ (bias), or, for a weight where it is cheaper, the
-    kernel form ⟨gᵢᵣ, gⱼᵣ'⟩ = Σₜ Σₜ' (δᵢᵣₜ·δⱼᵣ'ₜ')(xᵢₜ·xⱼₜ') (module doc)."""
-    n, r, t, out = delta.shape
-    if kind == "bias":
-        return _Part(delta.sum(2))
-    width = x.shape[-1]
-    rows_cost = n * r * t * width * out + (n * r) ** 2 * width * out
-    kernel_cost = (n * r * t) ** 2 * out + (n * t) ** 2 * width + (n * r * t) ** 2
-    if rows_cost <= kernel_cost:
-        return _Part(torch.einsum("nrto,nti->nroi", delta, x).reshape(n, r, -1))
-    x64, delta64 = x.to(torch.float64), delta.to(torch.float64)
-    k_x = torch.einsum("nti,msi->nmts", x64, x64)  # (n, n, T, T)
-    k_d = torch.einsum("arto,bqso->arbqts", delta64, delta64)  # (n, R, n, R, T, T)
-    return _Part(None, torch.einsum("arbqts,abts->arbq", k_d, k_x).reshape(n * r, n * r))
-
-
-def _group_gram(names: list[str], parts: dict[str, _Part], size: int) -> torch.Tensor:
-    """Θ of one layer (float64): J Jᵀ over its stacked per-sample rows plus its kernel-form parts
-    (parameters of modules the forward never called have no part: their gradient is zero)."""
-    mine = [parts[name] for name in names if name in parts]
-    rows = [part.rows for part in mine if part.rows is not None]
-    gram = torch.zeros(size, size, dtype=torch.float64)
-    if rows:
-        jac = (rows[0] if len(rows) == 1 else torch.cat(rows, 2)).reshape(size, -1).to(torch.float64)
-        gram = jac @ jac.T
-    return sum((part.gram for part in mine if part.rows is None), gram)
+def _group_gram(names: list[str], pieces: list[_Sink], count: int) -> torch.Tensor:
+    """Θ of one layer (float64, n·R × n·R, on the CPU): Σ over its parameters of J Jᵀ, J the rows of
+    all pieces (a parameter a piece's forward never reached has zero rows there)."""
+    gram = torch.zeros(count, count, dtype=torch.float64)
+    for name in names:
+        parts = [sink.rows.get(name) for sink in pieces]
+        known = next((part for part in parts if part is not None), None)
+        if known is None:
+            continue
+        width = known.shape[2]
+        jac = torch.cat([(known.new_zeros(sink.size, sink.columns, width) if part is None else part)
+                         .reshape(-1, width).to(torch.float64)
+                         for part, sink in zip(parts, pieces, strict=True)])
+        gram += (jac @ jac.T).cpu()
+    return gram

@@ -214,12 +214,13 @@ SCORERS: tuple[str, ...] = ("lntk", *BASELINE_SCORERS)
 
 
 def score_layers(model: FederatedVLM, samples: Sequence[Sample], scorer: str = "lntk",
-                 mode: str = "loss") -> np.ndarray:
+                 mode: str = "loss", piece_size: int | None = None) -> np.ndarray:
     """Non-negative per-layer score (L,) of ``scorer`` on ``samples``; the server normalises it.
 
-    ``mode`` is the LNTK Jacobian mode and only applies to ``lntk``."""
+    ``mode`` (the LNTK Jacobian mode) and ``piece_size`` (samples scored at a time,
+    `tasks.lntk_pieces`) only apply to ``lntk``."""
     if scorer == "lntk":
-        return layer_scores(model, samples, mode=mode).eigenvalues
+        return layer_scores(model, samples, mode=mode, piece_size=piece_size).eigenvalues
     if scorer not in _BASELINES:
         raise ValueError(f"score = {scorer!r} is unknown; choose one of {', '.join(SCORERS)}")
     if len(samples) == 0:

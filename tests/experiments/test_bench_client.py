@@ -1,9 +1,11 @@
 """experiments.bench_client: its defaults are the app's, and it prints the overhead it measured."""
 
 import json
+import time
 
 import numpy as np
 import pytest
+import torch
 
 from experiments import bench_client as bench
 from settings import default_config
@@ -121,3 +123,46 @@ def test_bench_config_file_sets_the_model_data_and_round_and_flags_win(tmp_path,
 def test_bench_config_file_that_cannot_be_read_is_one_line(tmp_path):
     with pytest.raises(SystemExit, match="--config .*missing.toml"):
         bench.main(["--config", str(tmp_path / "missing.toml")])
+
+
+def test_bench_prints_the_peak_memory_of_scoring_and_of_the_round_apart(capsys, monkeypatch):
+    pieces = []
+    scores = bench.layer_scores
+    monkeypatch.setattr(bench, "layer_scores", lambda model, samples, piece_size: pieces.append(piece_size)
+                        or scores(model, samples, piece_size=piece_size))
+    bench.main(["--model", "tiny-llava", "--dataset", "synthetic", "--partitioner", "by-question-type:0.5",
+                "--steps", "1", "--batch-size", "3", "--scoring-batch", "4", "--peak-flops", "1e12",
+                "--json"])
+    result = json.loads(capsys.readouterr().out)
+    assert pieces == [3, 3], "LNTK scores a training batch's samples at a time, as the client does"
+    assert result["memory"] == "rss sampled every 2 ms"
+    for phase in ("lntk", "train"):
+        assert 0 < result[f"{phase}_base_mb"] <= result[f"{phase}_peak_mb"] <= result["peak_rss_mb"] + 1
+    assert result["lntk_over_train_peak"] == pytest.approx(result["lntk_peak_mb"] / result["train_peak_mb"],
+                                                           abs=1e-4)
+    assert result["step_s"] == pytest.approx(result["train_round_s"], abs=1e-4)
+    share = result["step_flops"] / result["step_s"] / 1e12
+    assert result["step_peak_share"] == pytest.approx(share, rel=1e-2)
+
+
+def test_phase_peak_sees_memory_freed_before_the_phase_ends():
+    """A 256 MB tensor held 0.2 s and freed inside the phase: RSS at the end no longer shows it,
+    the sampled peak does."""
+    with bench.PhasePeak(torch.device("cpu")) as memory:
+        block = torch.ones(64 * 2**20)
+        time.sleep(0.2)
+        del block
+    assert memory.peak_mb - memory.base_mb >= 200
+
+
+def test_step_flops_are_4_n_t():
+    part = load_partition("synthetic", 0, 1, "iid", max_train=4, max_test=1)
+    model = build_model(ModelSpec("tiny-llava"), len(part.labels), part.task)
+    model.answers = tuple(part.labels)
+    tokens = model.collate(part.train[:4])["input_ids"].numel()
+    parameters = sum(p.numel() for p in model.parameters())
+    out = bench.step_flops(model, part.train[:4], 0.5, 1e9)
+    assert out["step_tokens"] == tokens
+    assert out["step_flops"] == pytest.approx(4 * parameters * tokens, rel=1e-3)
+    assert out["step_peak_share"] == pytest.approx(out["step_flops"] / 0.5 / 1e9, rel=1e-3)
+    assert "step_peak_share" not in bench.step_flops(model, part.train[:4], 0.5, None)
