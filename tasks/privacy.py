@@ -99,32 +99,42 @@ def _event(history: np.ndarray):
     return dp_accounting.ComposedDpEvent(events) if events else None
 
 
+PLD_INTERVAL = 1e-3
+"""dp-accounting's discretisation of the privacy loss: pessimistic, so ε is an upper bound; 1e-3
+is about 5 times faster than its default 1e-4 and moves ε by under 0.1 % here."""
+
+
 def epsilon_spent(history: np.ndarray, delta: float, accountant: str = "pld") -> float:
     """ε at δ after the mechanisms of ``history`` (rows σ, q, count; `HISTORY_COLUMNS`), composed
     by ``accountant`` (`ACCOUNTANTS`); 0 for none."""
     if accountant not in ACCOUNTANTS:
         raise ValueError(f"accountant {accountant!r} is not one of {ACCOUNTANTS}")
-    rows = [(float(s), float(q), int(k)) for s, q, k in np.asarray(history, dtype=np.float64).reshape(-1, 3)
-            if k > 0]
-    if not rows:
-        return 0.0
+    rows = tuple((float(s), float(q), int(k))
+                 for s, q, k in np.asarray(history, dtype=np.float64).reshape(-1, 3) if k > 0)
+    return _epsilon(rows, float(delta), accountant) if rows else 0.0
+
+
+@lru_cache(maxsize=256)
+def _epsilon(rows: tuple[tuple[float, float, int], ...], delta: float, accountant: str) -> float:
+    """`epsilon_spent` of non-empty rows; cached, since a client's sit-out check and its record
+    account the same history in one message."""
     if accountant == "rdp":
         from opacus.accountants import RDPAccountant
 
         rdp = RDPAccountant()
-        rdp.history = rows
+        rdp.history = list(rows)
         return float(rdp.get_epsilon(delta))
     from dp_accounting.pld import PLDAccountant
 
-    return float(PLDAccountant().compose(_event(np.array(rows))).get_epsilon(delta))
+    pld = PLDAccountant(value_discretization_interval=PLD_INTERVAL)
+    return float(pld.compose(_event(np.array(rows))).get_epsilon(delta))
 
 
 def calibrate(epsilon: float, delta: float, sample_rate: float, count: int) -> float:
     """The smallest noise multiplier (to 1e-4) whose ``count`` compositions at ``sample_rate``
     spend at most ``epsilon`` at ``delta`` by PLD. Searched between half the RDP one and the RDP
     one (RDP never understates ε), where PLD's discretisation stays small: a tiny multiplier's
-    distribution over many compositions would take gigabytes. The search discretises the privacy
-    loss at 1e-3 (pessimistic, so its ε is an upper bound; 5 times faster than 1e-4)."""
+    distribution over many compositions would take gigabytes."""
     import dp_accounting
     from dp_accounting.pld import PLDAccountant
     from opacus.accountants.utils import get_noise_multiplier
@@ -132,7 +142,7 @@ def calibrate(epsilon: float, delta: float, sample_rate: float, count: int) -> f
     rdp_sigma = get_noise_multiplier(target_epsilon=epsilon, target_delta=delta, sample_rate=sample_rate,
                                      steps=count, accountant="rdp")
     return float(dp_accounting.calibrate_dp_mechanism(
-        lambda: PLDAccountant(value_discretization_interval=1e-3),
+        lambda: PLDAccountant(value_discretization_interval=PLD_INTERVAL),
         lambda sigma: _event(np.array([[sigma, sample_rate, count]])), epsilon, delta,
         dp_accounting.ExplicitBracketInterval(0.5 * rdp_sigma, rdp_sigma + 1e-3), tol=1e-4))
 
