@@ -96,7 +96,10 @@ class _Sink:
         self.column = 0  # the r whose backward pass is running
         self.recording = True  # False in the backward pass, where checkpointed blocks run again
         self.calls: dict[int, int] = {}  # id(module) -> calls in the forward pass
-        self.rows: dict[str, torch.Tensor] = {}  # parameter name -> (size, R, p)
+        self.rows: dict[tuple[str, int], torch.Tensor] = {}  # (parameter name, r) -> (size, p)
+        # every capture node feeds this leaf, so a backward pass to it runs each capture node but no
+        # parameter's own gradient (the rows are those gradients, per sample)
+        self.anchor: torch.Tensor | None = None
 
     def hook(self, site: _Site) -> Callable[..., torch.Tensor]:
         def capture(module: nn.Module, args: tuple, output: torch.Tensor) -> torch.Tensor:
@@ -106,7 +109,9 @@ class _Sink:
                     raise NotHookable(f"{type(module).__name__} input is not batch-first with "
                                       f"{self.size} samples")
                 self.calls[id(module)] = self.calls.get(id(module), 0) + 1
-            return _Capture.apply(output, x, self, site)
+            if self.anchor is None:
+                self.anchor = torch.zeros((), device=output.device, requires_grad=True)
+            return _Capture.apply(output, x, self.anchor, self, site)
 
         return capture
 
@@ -116,26 +121,37 @@ class _Sink:
         x, delta = _patches(site.module, x).to(dtype), _positions(site.module, delta).to(dtype)
         for kind, name in site.params.items():
             g = delta.sum(1) if kind == "bias" else torch.einsum("mto,mti->moi", delta, x)
-            g = g.reshape(self.size, -1)
-            if name not in self.rows:
-                self.rows[name] = g.new_zeros(self.size, self.columns, g.shape[1])
-            self.rows[name][:, self.column] += g
+            key = (name, self.column)
+            if key in self.rows:  # another call of the module
+                self.rows[key] += g.reshape(self.size, -1)
+            else:
+                self.rows[key] = g.reshape(self.size, -1)
+
+    def rows_of(self, name: str) -> torch.Tensor | None:
+        """(size·R, p): the rows of parameter `name`, sample-major; None if no call reached it."""
+        parts = [self.rows.get((name, r)) for r in range(self.columns)]
+        known = next((part for part in parts if part is not None), None)
+        if known is None or self.columns == 1:
+            return known
+        return torch.stack([torch.zeros_like(known) if part is None else part for part in parts], 1
+                           ).reshape(-1, known.shape[1])
 
 
 class _Capture(torch.autograd.Function):
     """Identity on a module's output that saves the module's input and hands (input, δ) to the sink."""
 
     @staticmethod
-    def forward(ctx, output: torch.Tensor, x: torch.Tensor, sink: _Sink, site: _Site) -> torch.Tensor:
+    def forward(ctx, output: torch.Tensor, x: torch.Tensor, anchor: torch.Tensor, sink: _Sink,
+                site: _Site) -> torch.Tensor:
         ctx.save_for_backward(x)  # recomputed, not kept, inside a checkpointed block
         ctx.sink, ctx.site = sink, site
         return output.clone()  # a new tensor, so later in-place ops on the output stay legal
 
     @staticmethod
-    def backward(ctx, delta: torch.Tensor) -> tuple[torch.Tensor, None, None, None]:
+    def backward(ctx, delta: torch.Tensor) -> tuple[torch.Tensor | None, ...]:
         (x,) = ctx.saved_tensors
         ctx.sink.add(ctx.site, x, delta)
-        return delta, None, None, None
+        return delta, None, torch.zeros_like(ctx.sink.anchor), None, None
 
 
 def _piece_rows(sites: list[_Site], piece: Piece) -> _Sink:
@@ -150,12 +166,12 @@ def _piece_rows(sites: list[_Site], piece: Piece) -> _Sink:
         with torch.enable_grad():
             values = piece.per_sample(piece.forward())
             sink.recording, sink.columns = False, values.shape[1]
-            if values.grad_fn is not None:  # else no scored parameter reaches the outputs
+            if values.grad_fn is not None and sink.anchor is not None:  # else no row is reached
                 _check_uses(values, sites, scored, sink.calls)
                 for r in range(sink.columns):
                     sink.column = r
-                    torch.autograd.grad(values[:, r].sum(), list(scored.values()),
-                                        retain_graph=r + 1 < sink.columns, allow_unused=True)
+                    torch.autograd.grad(values[:, r].sum(), sink.anchor, retain_graph=r + 1 < sink.columns,
+                                        allow_unused=True)
     finally:
         for handle in handles:
             handle.remove()
@@ -217,17 +233,17 @@ def _positions(module: nn.Module, delta: torch.Tensor) -> torch.Tensor:
 
 
 def _group_gram(names: list[str], pieces: list[_Sink], count: int) -> torch.Tensor:
-    """Θ of one layer (float64, n·R × n·R, on the CPU): Σ over its parameters of J Jᵀ, J the rows of
-    all pieces (a parameter a piece's forward never reached has zero rows there)."""
-    gram = torch.zeros(count, count, dtype=torch.float64)
+    """Θ of one layer (float64, n·R × n·R, on the CPU): J Jᵀ, J the rows of its parameters side by
+    side over all pieces (a parameter a piece's forward never reached has zero rows there)."""
+    columns = []
     for name in names:
-        parts = [sink.rows.get(name) for sink in pieces]
+        parts = [sink.rows_of(name) for sink in pieces]
         known = next((part for part in parts if part is not None), None)
-        if known is None:
-            continue
-        width = known.shape[2]
-        jac = torch.cat([(known.new_zeros(sink.size, sink.columns, width) if part is None else part)
-                         .reshape(-1, width).to(torch.float64)
-                         for part, sink in zip(parts, pieces, strict=True)])
-        gram += (jac @ jac.T).cpu()
-    return gram
+        if known is not None:
+            columns.append(torch.cat([known.new_zeros(sink.size * sink.columns, known.shape[1])
+                                      if part is None else part
+                                      for part, sink in zip(parts, pieces, strict=True)]))
+    if not columns:
+        return torch.zeros(count, count, dtype=torch.float64)
+    jac = torch.cat(columns, 1).to(torch.float64)
+    return (jac @ jac.T).cpu()
