@@ -1,4 +1,5 @@
-"""ClientApp: train the assigned layers; evaluate on local data and score the layers, one message.
+"""ClientApp: say who it is; train the assigned layers; evaluate on local data and score the
+layers, one message.
 
 A setting this node cannot use, or a train mask it refuses, is answered with an error reply
 naming it (`client_app.replies`), never with a traceback.
@@ -9,17 +10,19 @@ from __future__ import annotations
 import time
 
 import numpy as np
-from flwr.app import Context, Message, MetricRecord, RecordDict
+from flwr.app import ConfigRecord, Context, Message, MetricRecord, RecordDict
 from flwr.clientapp import ClientApp
 
 import tasks
 from client_app.hooks import TrainStep, client_hook
+from client_app.node import node_settings
 from client_app.personal import save_personal
-from client_app.privacy import SampleBudget, check_delta
+from client_app.privacy import SampleBudget, check_delta, released
 from client_app.replies import check_mask, error_replies
 from client_app.runtime import ClientSetup, client_setup, load_global, reported_budget, resolve_budget
 from client_app.worker import site_mod
-from strategies.records import RUNTIME, from_record, runtime_record, to_record
+from settings import RunConfig
+from strategies.records import IDENTITY, RUNTIME, from_record, runtime_record, to_record
 
 # error_replies outermost: a setting the site cannot use is an error reply, wherever it ran;
 # site_mod: a deployed site's messages run in its warm worker (client_app.worker)
@@ -30,6 +33,16 @@ def _scoring_batch(samples: list, size: int, seed: int) -> list:
     """A fresh, seeded batch of the client's own training data for this round's scores."""
     order = np.random.default_rng(seed).permutation(len(samples))[:size]
     return [samples[i] for i in order]
+
+
+@app.query()
+def identify(msg: Message, context: Context) -> Message:
+    """This client's stable identity (`client_app.node.NodeSettings.client_id`), asked once before
+    the server first samples it: sampling, personal models and records are keyed by it, since
+    Flower's node ids are random under Ray and new after a SuperNode restarts. A bad node config is
+    refused here already."""
+    node = node_settings(context.node_config, RunConfig.from_mapping(context.run_config))
+    return Message(RecordDict({IDENTITY: ConfigRecord({"client": node.client_id})}), reply_to=msg)
 
 
 @app.train()
@@ -79,6 +92,8 @@ def train(msg: Message, context: Context) -> Message:
         from strategies.aggregation.dp import clip_update
 
         upload = clip_update(upload, received, setup.config.privacy.clip)
+    if setup.config.privacy.enabled:
+        reply = released(reply, server_round)
     save_personal(context, personal, server_round, str(config["run-dir"]), local=local)
     arrays = to_record(upload)
     return Message(RecordDict({"arrays": arrays, "metrics": MetricRecord(reply)}), reply_to=msg)

@@ -26,6 +26,7 @@ from settings import (
 )
 from settings.config import check_dataset, check_device_name, parse_model_sizes
 from settings.local import FOLDER_DATASETS
+from strategies.records import CLIENT_ID
 
 NODE = "node config"
 
@@ -41,6 +42,13 @@ class NodeSettings:
     budget: Budget | None
     budget_source: str  # the setting the budget came from, for error messages
     model_size: str = "base"  # FedMosaic client model size: node config model-size, else model-sizes
+    site: str = ""  # node config site: this site's name, its client id in a deployment
+
+    @property
+    def client_id(self) -> str:
+        """The stable identity the server keys sampling, personal models and records by: the
+        site's name, else ``partition-<id>`` (a simulation's partition, the same on every engine)."""
+        return self.site or f"partition-{self.partition_id}"
 
 
 def _int(node: Mapping, key: str, default: int, low: int) -> int:
@@ -91,6 +99,14 @@ def check_state_dir(node: Mapping) -> None:
         raise ConfigError(f"{where} is not writable by this node")
 
 
+def _site(node: Mapping) -> str:
+    """Node config ``site``: letters, digits, '.', '_' and '-' (it names the site's files)."""
+    site = node.get("site", "")
+    if not isinstance(site, str) or (site and not CLIENT_ID.fullmatch(site)):
+        raise ConfigError(f"{NODE} site = {site!r} must be 1-64 letters, digits, '.', '_' or '-'")
+    return site
+
+
 def node_settings(node: Mapping, config: RunConfig) -> NodeSettings:
     """Check and merge this node's config with the run config (node config wins)."""
     pid = _int(node, "partition-id", 0, 0)
@@ -110,7 +126,8 @@ def node_settings(node: Mapping, config: RunConfig) -> NodeSettings:
         budget: Budget | None = parse_budget(node["layer-budget"], source)
     else:
         source, budget = "budgets", budget_of(parse_budgets(config.budgets), pid)
-    return NodeSettings(pid, num, dataset, resolved, budget, source, _model_size(node, config, pid))
+    return NodeSettings(pid, num, dataset, resolved, budget, source, _model_size(node, config, pid),
+                        _site(node))
 
 
 def _model_size(node: Mapping, config: RunConfig, pid: int) -> str:

@@ -4,15 +4,17 @@ The plan (σ for ``dp-epsilon`` over ``dp-rounds`` (default every round) × ``lo
 q = ``batch-size`` / n, `tasks.privacy.plan`) depends only on the run config and the client's n, so
 every message of the client recomputes the same one. What the client has spent is its history, one
 row (σ, q, steps) per round it trained, stored with its personal state (`tasks.names.DP_HISTORY`,
-`client_app.personal`: on the site, never sent) and composed by Opacus's RDP accountant. A train
-message whose steps would take the client past ``dp-epsilon`` is answered without training: no
-arrays, metrics ``dp-sat-out = 1`` with the ε spent and the ε the round would have reached; the
-server logs one line and records it (`strategies.layer_selection`).
+`client_app.personal`: on the site, never sent) and composed by PLD (`tasks.privacy.epsilon_spent`;
+the RDP ε recorded beside it). A train message whose steps would take the client past
+``dp-epsilon`` is answered without training: no arrays, metrics ``dp-sat-out = 1`` with the ε
+spent and the ε the round would have reached; the server logs one line and records it
+(`strategies.layer_selection`).
 """
 
 from __future__ import annotations
 
 from dataclasses import dataclass
+from logging import INFO, getLogger
 
 import numpy as np
 
@@ -23,6 +25,25 @@ from tasks.names import DP_HISTORY, DP_SAT_OUT
 from tasks.privacy import SamplePlan, epsilon_spent, plan, resolve_delta
 
 EPSILON = "dp-epsilon"  # reply metric: ε this client has spent after the round (cumulative)
+NOISE_NORM = "dp-noise-norm"  # the noise this round's DP-SGD added: logged on the site, never sent
+RELEASED = ("num-examples", "partition-id", EPSILON, "dp-epsilon-rdp", "dp-delta", "dp-noise-multiplier",
+            "dp-sample-rate", DP_SAT_OUT, "dp-epsilon-next", "dp-budget")
+"""What a DP client's train reply may carry besides its (clipped, noised) arrays: its example count
+and partition id (public, README "Differential privacy") and the accountant's own figures, which
+depend on the plan and the rounds trained, not on the data. Losses and the examples drawn are
+computed on private batches outside the mechanism, so they stay on the site."""
+
+log = getLogger("flwr").log
+
+
+def released(reply: dict, server_round: int) -> dict:
+    """The part of a DP client's train reply in `RELEASED`; the rest is logged here, on the site."""
+    kept = {k: v for k, v in reply.items() if k in RELEASED}
+    held = {k: v for k, v in reply.items() if k not in RELEASED}
+    if held:
+        log(INFO, "round %d: kept on this site (outside ε): %s", server_round,
+            ", ".join(f"{k} {v:.6g}" for k, v in sorted(held.items())))
+    return kept
 
 
 def check_delta(setup: ClientSetup) -> None:
@@ -72,6 +93,8 @@ class SampleBudget:
         """After training: the new history into the personal state, the ε spent and plan into the reply."""
         history = self.after(steps)
         personal[DP_HISTORY] = history
-        reply.update({EPSILON: epsilon_spent(history, self.plan.delta), "dp-delta": self.plan.delta,
+        reply.update({EPSILON: epsilon_spent(history, self.plan.delta),
+                      "dp-epsilon-rdp": epsilon_spent(history, self.plan.delta, "rdp"),
+                      "dp-delta": self.plan.delta,
                       "dp-noise-multiplier": self.plan.noise_multiplier,
                       "dp-sample-rate": self.plan.sample_rate})

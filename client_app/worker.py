@@ -12,9 +12,13 @@ as a Ray actor does in simulation. The ClientApp process itself then only import
 * One worker per (state-dir, installed app, SuperExec, thread count): a new run of changed code, or
   a restarted SuperNode, gets its own. It listens on a Unix socket (Linux: abstract namespace) and
   accepts only peers that know ``<state-dir>/worker/authkey`` (0600, HMAC challenge of
-  `multiprocessing.connection`). It exits when its SuperExec is gone or after ``worker-idle``
-  seconds without a message; it stays in the SuperNode's process group, so stopping that group
-  stops it.
+  `multiprocessing.connection`). It exits after ``worker-idle`` seconds without a message, and
+  within `WATCH_S` of its SuperExec's end, during a message too.
+* It runs in the process group its SuperExec started the ClientApp processes in
+  (`flower_compat.forkserver.launch_group`): the SuperNode's under ``--isolation subprocess``, so a
+  signal to that group (a site's Ctrl-C, ``deploy.launch`` stopping a site) reaches it directly.
+  A forked ClientApp process has a group of its own, which the fork server ends when that
+  process's launcher is killed; the worker is not in it, as it serves the site's later messages.
 * It handles one message at a time and sets torch's thread count once: node setting
   ``num-threads`` (default: the cores this process may run on, ``os.sched_getaffinity``).
 * Node setting ``worker-idle = 0`` runs every message in its own process, as Flower does (with the
@@ -43,6 +47,7 @@ import struct
 import subprocess
 import sys
 import tempfile
+import threading
 import time
 import traceback
 from collections.abc import Callable
@@ -53,13 +58,21 @@ from flwr.app import Context, Message
 
 from client_app.node import check_state_dir
 from flower_compat import set_task_identity, task_identity
-from flower_compat.forkserver import LAUNCH_ENV, alive, load_entry, parent_pid, process_start_time
+from flower_compat.forkserver import (
+    LAUNCH_ENV,
+    alive,
+    launch_group,
+    load_entry,
+    parent_pid,
+    process_start_time,
+)
 from settings.errors import ConfigError
 from settings.local import available_cores
 
 APP_DIR = Path(__file__).resolve().parent.parent  # the installed app (FAB) this module came from
 APP = "client_app.app:app"  # the ClientApp a worker serves (module:attribute)
 DEFAULT_IDLE = 600.0  # seconds a worker waits for its site's next message
+WATCH_S = 0.2  # seconds between the worker's looks at its SuperExec
 CONNECT_TIMEOUT = 120.0  # seconds a ClientApp waits for a worker it started to listen
 HANDSHAKE_TIMEOUT = 60  # seconds the worker waits for a connected peer's key and message
 _IN_WORKER = False  # True in the worker process: the mod runs the handler here
@@ -200,7 +213,7 @@ def _start_worker(address: str, key: bytes, state_dir: Path, threads: int, idle:
     subprocess.Popen([sys.executable, "-m", "client_app.worker", "--address", address.replace("\0", "@"),
                       "--state-dir", str(state_dir), "--parent-pid", str(superexec_pid()),
                       "--threads", str(threads), "--idle", str(idle), "--app", APP],
-                     env=env, stdin=subprocess.DEVNULL, close_fds=True)
+                     env=env, stdin=subprocess.DEVNULL, close_fds=True, process_group=launch_group())
     deadline = time.monotonic() + CONNECT_TIMEOUT
     while time.monotonic() < deadline:
         conn = _connect(address, key)
@@ -213,9 +226,11 @@ def _start_worker(address: str, key: bytes, state_dir: Path, threads: int, idle:
 
 # ---------------------------------------------------------------------- the worker's side
 def serve(address: str, key: bytes, parent_pid: int, idle: float, threads: int, app_ref: str = APP) -> None:
-    """Accept one authenticated ClientApp at a time and run its message through the ClientApp."""
+    """Accept one authenticated ClientApp at a time and run its message through the ClientApp,
+    until `idle` seconds pass without one; end the process once `parent_pid` has ended."""
     global _IN_WORKER
     _IN_WORKER = True
+    threading.Thread(target=_end_with, args=(parent_pid,), daemon=True).start()
     server = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
     if not address.startswith("\0"):
         with contextlib.suppress(FileNotFoundError):
@@ -230,7 +245,7 @@ def serve(address: str, key: bytes, parent_pid: int, idle: float, threads: int, 
 
     last = time.monotonic()
     try:
-        while alive(parent_pid) and time.monotonic() - last < idle:
+        while time.monotonic() - last < idle:
             try:
                 sock, _ = server.accept()
             except TimeoutError:
@@ -245,6 +260,14 @@ def serve(address: str, key: bytes, parent_pid: int, idle: float, threads: int, 
         if not address.startswith("\0"):
             with contextlib.suppress(FileNotFoundError):
                 os.unlink(address)
+
+
+def _end_with(pid: int) -> None:
+    """Exit this process once `pid` has ended, whatever its main thread is doing (a message's
+    handler may run for minutes)."""
+    while alive(pid):
+        time.sleep(WATCH_S)
+    os._exit(0)
 
 
 def _handle(conn: Connection, key: bytes, app: Callable[[Message, Context], Message]) -> None:

@@ -139,8 +139,8 @@ def core_shares(num_sites: int, cores: int | None = None) -> list[int]:
 
 
 def site_nodes(budgets: Sequence[str], dataset: str, device: str, workdir: Path) -> list[Node]:
-    """Nodes ``site-0..N-1`` sharing one data set split N ways, each with its own budget and its
-    share of this machine's cores (``num-threads``)."""
+    """Nodes ``site-0..N-1`` sharing one data set split N ways, each with its own budget, its
+    share of this machine's cores (``num-threads``) and its name as its ``site``."""
     nodes = []
     threads = core_shares(len(budgets))
     for pid, budget in enumerate(budgets):
@@ -148,7 +148,7 @@ def site_nodes(budgets: Sequence[str], dataset: str, device: str, workdir: Path)
         if value != "auto" and int(value) < 1:
             raise ValueError(f"--budgets: budget {budget!r} must be a positive int or 'auto'")
         name = f"site-{pid}"
-        nodes.append(Node(name, {"layer-budget": value, "dataset": dataset, "partition-id": pid,
+        nodes.append(Node(name, {"site": name, "layer-budget": value, "dataset": dataset, "partition-id": pid,
                                  "num-partitions": len(budgets), "device": device,
                                  "num-threads": threads[pid],
                                  "state-dir": str(workdir / "sites" / name / "state")}))
@@ -496,6 +496,7 @@ def parse_nodes(args: argparse.Namespace, workdir: Path) -> list[Node]:
             if not config:
                 raise ValueError(f"--node-config {text!r} sets no key=value")
             name = f"site-{i}"
+            config.setdefault("site", name)  # the server keys sampling and records by it
             config.setdefault("state-dir", str(workdir / "sites" / name / "state"))
             config.setdefault("num-threads", threads[i])
             nodes.append(Node(name, config))

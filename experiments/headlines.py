@@ -27,6 +27,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from experiments.paired import DIFFERENCE_COLUMNS, paired_interval
+from experiments.report import mean_std
 
 ROOT = Path(__file__).resolve().parent.parent
 RESULTS = ROOT / "docs" / "results"
@@ -132,12 +133,13 @@ def column(name: str, col: str) -> list[float]:
 # -- the checks -------------------------------------------------------------------------------------
 @dataclass(frozen=True)
 class Check:
-    """One README phrase: `template` with a ``{}`` for every number, `values` computes those numbers
-    from `sources` (files under docs/results)."""
+    """One phrase of `document` (README.md, or a page under docs/results): `template` with a ``{}``
+    for every number, `values` computes those numbers from `sources` (files under docs/results)."""
 
     template: str
     sources: tuple[str, ...]
     values: Callable[[], Sequence[float]]
+    document: str = "README.md"
 
 
 AGC = "bench-aggc-{}/all"
@@ -219,6 +221,29 @@ def _screening(*cells: tuple[str, str]) -> list[float]:
     return [value("sensitivity/screening.csv", row, col, "#") for row, col in cells]
 
 
+NEWCOMER = "bench-gen/newcomer-seeds/rounds.csv"
+
+
+def _newcomer(seed: int | None = None) -> list[float]:
+    """The newcomer run's accuracy: of one seed each round, or over the seeds the last round's
+    count, mean, min, max and sample std."""
+    table = rows(NEWCOMER)
+    if seed is not None:
+        return [float(r["accuracy"]) for r in table if int(r["seed"]) == seed]
+    last = max(int(r["round"]) for r in table)
+    final = {int(r["seed"]): float(r["accuracy"]) for r in table if int(r["round"]) == last}
+    mean, std = mean_std(list(final.values()))
+    return [len(final), mean, min(final.values()), max(final.values()), std]
+
+
+def _privacy_no_dp_seed0() -> list[float]:
+    """bench-privacy-client without DP (target ε inf), seed 0: accuracy before training and after."""
+    row = [r for r in rows("privacy-client/runs.csv") if (r["target_epsilon"], r["seed"]) == ("inf", "0")]
+    if len(row) != 1:
+        raise ValueError(f"privacy-client/runs.csv: {len(row)} rows for ε inf, seed 0 (need 1)")
+    return [100 * float(row[0]["initial_accuracy"]), 100 * float(row[0]["accuracy"])]
+
+
 CHECKS: tuple[Check, ...] = (
     Check("`all` {} %, heads only {} %, majority answer {} %", (K2,),
           lambda: [value(K2, "all", "overall_mean"), value(K2, "none", "overall_mean"),
@@ -271,6 +296,11 @@ CHECKS: tuple[Check, ...] = (
     Check("heads alone {} % at head-lr 3e-3 against {} % at 1e-4, all adapters {} % against {} %, and {} % "
           "at 1e-4 after 160 steps", ("sensitivity/screening.csv",),
           lambda: _screening(("1", "none"), ("6", "none"), ("1", "all"), ("6", "all"), ("5", "all"))),
+    Check("answered {} % → {} % → {} % of the 96 test questions", (NEWCOMER,), lambda: _newcomer(0)),
+    Check("over {} seeds (0-4) the same command ends at {} % on average (range {}-{} %, sample std {} "
+          "points", (NEWCOMER,), _newcomer),
+    Check("(seed 0: {} % before training, {} % after round 10)", ("privacy-client/runs.csv",),
+          _privacy_no_dp_seed0, document="docs/results/privacy.md"),
 )
 
 NUMBER = r"([+-]?\d+(?:\.\d+)?)"
@@ -287,14 +317,16 @@ def tolerance(printed: str) -> float:
     return 0.5 * 10 ** -decimals + 0.01
 
 
-def check(readme: Path = ROOT / "README.md") -> list[tuple[Check, list[str] | None, list[float], bool]]:
-    """Every check: README's printed numbers (None where the phrase is not found), the recomputed
-    ones, and whether each printed number is within its `tolerance` of the recomputed one."""
-    text = normalise(readme.read_text(encoding="utf-8"))
+def check(root: Path = ROOT) -> list[tuple[Check, list[str] | None, list[float], bool]]:
+    """Every check: its document's printed numbers (None where the phrase is not found), the
+    recomputed ones, and whether each printed number is within its `tolerance` of the recomputed
+    one."""
+    texts = {name: normalise((root / name).read_text(encoding="utf-8"))
+             for name in dict.fromkeys(item.document for item in CHECKS)}
     out = []
     for item in CHECKS:
         pattern = NUMBER.join(re.escape(part) for part in normalise(item.template).split("{}"))
-        found = re.search(pattern, text)
+        found = re.search(pattern, texts[item.document])
         values = [float(v) for v in item.values()]
         printed = list(found.groups()) if found else None
         ok = printed is not None and all(abs(float(p) - v) <= tolerance(p)
@@ -325,11 +357,12 @@ def main(argv: list[str] | None = None) -> int:
     results = check()
     for item, printed, values, ok in results:
         status = "ok  " if ok else ("DIFF" if printed else "GONE")
-        shown = ", ".join(printed) if printed else "phrase not in README"
-        print(f"{status} \"{item.template}\"\n     README: {shown}\n     recomputed: "
+        shown = ", ".join(printed) if printed else f"phrase not in {item.document}"
+        print(f"{status} \"{item.template}\"\n     {item.document}: {shown}\n     recomputed: "
               + ", ".join(f"{v:.3f}" for v in values) + f"  <- docs/results/{', '.join(item.sources)}")
     bad = sum(not ok for *_, ok in results)
-    print(f"{len(results) - bad} of {len(results)} README phrases agree with docs/results")
+    print(f"{len(results) - bad} of {len(results)} phrases of README and docs/results agree with "
+          "docs/results' tables")
     return 1 if bad else 0
 
 

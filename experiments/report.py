@@ -10,8 +10,8 @@ Writes into the experiment directory (see `experiments.sweep`):
   standard deviation (ddof = 1) over seeds; F3OCUS is the run with the config's optimiser; a last
   row, ``zero-shot (round 0)``, scores the initial model (no training) from the round-0 evaluation;
 - ``optimizers.md``: F3OCUS with each optimiser the sweep ran (paper Tables 4 and 6);
-- ``convergence.png`` (Fig. 2): training loss per round per strategy, mean ± std over seeds;
-- ``accuracy.png``: test accuracy per round per strategy (VQA clients), mean ± std over seeds;
+- ``convergence.png`` (Fig. 2): training loss per round per strategy, mean ± sample std over seeds;
+- ``accuracy.png``: test accuracy per round per strategy (VQA clients), mean ± sample std over seeds;
 - ``eigenvalues.png`` (Fig. 3): principal LNTK eigenvalue per layer per client, round 1;
 - ``layer_ranks.png`` (Figs. 5 and 6): per client and round, the rank of every layer by the client's
   own LNTK score, its own top-k (before the server step) and the F3OCUS mask (after it);
@@ -299,21 +299,23 @@ Table = list[dict]
 
 def per_round_table(runs: Sequence[Run], groups: Sequence[str], stage: str, key: str,
                     scale: float = 1.0) -> Table:
-    """Per group and round: mean and std over seeds (ddof = 0) of `round_curves` × `scale`."""
+    """Per group and round: mean and sample std over seeds (ddof = 1, as `mean_std`; NaN for one
+    seed) of `round_curves` × `scale`."""
     rows = []
     for group in groups:
         arr = scale * round_curves(runs, group, stage, key)
         if arr.size == 0:
             continue
         label = "f3ocus" if group.startswith("f3ocus-") else group
-        mean, std = np.nanmean(arr, 0), np.nanstd(arr, 0)
+        mean = np.nanmean(arr, 0)
+        std = np.nanstd(arr, 0, ddof=1) if arr.shape[0] > 1 else np.full(arr.shape[1], np.nan)
         rows += [{"series": label, "round": i + 1, "mean": m, "std": d, "seeds": arr.shape[0]}
                  for i, (m, d) in enumerate(zip(mean, std, strict=True))]
     return rows
 
 
 def draw_per_round(path: Path, rows: Table, ylabel: str, title: str) -> Path:
-    """One curve per series, mean ± std band (Fig. 2 for the training loss)."""
+    """One curve per series, mean ± sample std band (Fig. 2 for the training loss)."""
     plt = pyplot()
     fig, ax = plt.subplots(figsize=(6.4, 4.2))
     for series in dict.fromkeys(r["series"] for r in rows):
@@ -323,7 +325,7 @@ def draw_per_round(path: Path, rows: Table, ylabel: str, title: str) -> Path:
         ax.fill_between(x, mean - std, mean + std, alpha=0.15)
     ax.set(xlabel="round", ylabel=ylabel, title=title)
     ax.xaxis.get_major_locator().set_params(integer=True)
-    ax.legend(fontsize=8, ncol=2)
+    ax.legend(fontsize=8, ncol=2, title="mean ± sample std over seeds", title_fontsize=8)
     return save_figure(fig, path)
 
 

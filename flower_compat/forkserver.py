@@ -1,4 +1,4 @@
-"""Flower's ClientApp processes forked from a server that imported Flower once (issue 38).
+"""Flower's ClientApp processes forked from a server that imported Flower once.
 
 Flower 1.41-1.42 starts a new ``flwr-clientapp`` process for every message a SuperNode receives (its
 SuperExec runs the executable it finds on PATH, ``supercore/superexec/executor/subprocess_executor.py``),
@@ -10,13 +10,25 @@ with it (``deploy.launch`` does this; a site adds it to its own PATH) gets its C
    connects to the fork server of its SuperExec: an abstract Unix socket named after this file's
    text, the real executable, its entry point, the Python, the SuperExec's pid (``--parent-pid``),
    the user and the environment. It talks only to a server of its own user (``SO_PEERCRED``).
+   Finding none, it binds that name itself and starts the server with the listening socket, so one
+   server starts however many launchers find none at once: the others wait in its backlog, or run
+   the real executable where the name was already taken.
 2. The server imported Flower's ``flwr-clientapp`` entry point once. It reads a launcher's request
-   (its stdin, stdout and stderr as file descriptors, arguments, environment, working directory),
-   says it is ready, and forks only once the launcher confirms; the child runs the entry point as
-   the executable would, in a process group of its own. The child's exit status is the launcher's;
-   signals sent to the launcher go to the child (once: a signal to the SuperNode's group reaches the
-   child through the launcher only).
-3. The launcher runs the real ``flwr-clientapp`` itself wherever the server cannot serve before it
+   (its stdin, stdout and stderr as file descriptors, arguments, environment, working directory,
+   process group), says it is ready, and forks only once the launcher confirms; the child runs the
+   entry point as the executable would, in a process group of its own. The child's exit status is
+   the launcher's; signals sent to the launcher go to the child (once: a signal to the SuperNode's
+   group reaches the child through the launcher only). The server serves every launcher at once
+   from its one thread (`selectors`): a peer that sends nothing, or half a request, waits out its
+   30 s without holding up any other launcher.
+3. A child ends with those it serves: the kernel SIGKILLs it when the server ends
+   (``PR_SET_PDEATHSIG``, which watches the thread that forked it: the server's only one, so the
+   whole server), the server SIGKILLs its process group when its launcher's connection closes
+   first (a killed launcher), and every child's group once the SuperExec has ended (a zombie
+   counts as ended). A child's site worker joins the launcher's process group
+   (``F3OCUS_CLIENTAPP_GROUP``, `launch_group`, see client_app/worker.py), so a signal to the
+   SuperNode's group reaches it directly.
+4. The launcher runs the real ``flwr-clientapp`` itself wherever the server cannot serve before it
    confirmed: no server yet (it then starts one), a server that took 30 s, refused, failed to fork,
    or could not import Flower (it then refuses every request with that one line, which the launcher
    prints). After confirming it never does, so no message runs twice; a server lost between the
@@ -25,15 +37,15 @@ with it (``deploy.launch`` does this; a site adds it to its own PATH) gets its C
 
 The server accepts only peers of its own user and lives in the SuperNode's process group. It ignores
 the signals a launcher forwards (a signal to that group ends each child through its launcher, and
-the server then reports the child's status) and exits once its SuperExec is gone and its children
-have ended, or on SIGKILL (``deploy.launch`` sends one to the group after its grace time). It forks
-from its only Python thread (numpy's OpenBLAS pool, started by Flower's imports, is fork-safe
-through OpenBLAS's own hooks). A child shares with its siblings only the modules imported before the
-fork, never an app's code: Flower loads the app from its bundle in every child. Python's ``random``
-reseeds itself in a child; numpy's global generator, if imported, is reseeded here. In a child,
-``F3OCUS_CLIENTAPP`` is ``forked`` and ``F3OCUS_CLIENTAPP_STARTED`` the launcher's start
-(`process_start_time`).
-Linux only (abstract sockets, ``SO_PEERCRED``); elsewhere the launcher runs the real executable.
+the server then reports the child's status) and exits once its SuperExec has ended, or on SIGKILL
+(``deploy.launch`` sends one to the group after its grace time), its children with it. Forking
+from its only Python thread is safe (numpy's OpenBLAS pool, started by Flower's imports, is
+fork-safe through OpenBLAS's own hooks). A child shares with its siblings only the modules imported
+before the fork, never an app's code: Flower loads the app from its bundle in every child. Python's
+``random`` reseeds itself in a child; numpy's global generator, if imported, is reseeded here. In a
+child, ``F3OCUS_CLIENTAPP`` is ``forked``, ``F3OCUS_CLIENTAPP_STARTED`` the launcher's start
+(`process_start_time`) and ``F3OCUS_CLIENTAPP_GROUP`` the launcher's process group.
+Linux only (abstract sockets, ``SO_PEERCRED``, ``prctl``); elsewhere the launcher runs the real executable.
 
     python -m flower_compat.forkserver write-launcher <folder>
     PATH=<folder>:$PATH flower-supernode ...
@@ -45,7 +57,7 @@ import contextlib
 import hashlib
 import json
 import os
-import select
+import selectors
 import shlex
 import shutil
 import signal
@@ -60,10 +72,13 @@ from pathlib import Path
 THIS = Path(__file__).resolve()
 EXECUTABLE = "flwr-clientapp"
 MARKER = f"# {EXECUTABLE} through a fork server (flower_compat/forkserver.py)"
-LAUNCH_ENV, START_ENV = "F3OCUS_CLIENTAPP", "F3OCUS_CLIENTAPP_STARTED"
+LAUNCH_ENV, START_ENV, GROUP_ENV = "F3OCUS_CLIENTAPP", "F3OCUS_CLIENTAPP_STARTED", "F3OCUS_CLIENTAPP_GROUP"
 FORWARDED = (signal.SIGTERM, signal.SIGINT, signal.SIGHUP, signal.SIGQUIT, signal.SIGUSR1, signal.SIGUSR2)
 SHELL_VARIABLES = frozenset({"PWD", "OLDPWD", "SHLVL", "_"})  # set by the launcher's /bin/sh, not its caller
 TIMEOUT = 30.0  # seconds a launcher waits for the server to be ready (its import, a busy machine)
+TICK, IDLE_TICK = 0.05, 0.5  # seconds between the server's looks for ended children and SuperExec
+MAX_REQUEST = 1 << 24  # bytes of a request (arguments, environment)
+PR_SET_PDEATHSIG = 1  # prctl(2)
 _SIZE, _INT = struct.Struct("!I"), struct.Struct("!i")
 _CRED = struct.Struct("3i")  # struct ucred: pid, uid, gid
 READY, GO, REFUSED = b"R", b"G", b"X"
@@ -150,6 +165,15 @@ def process_start_time() -> float:
 _LOADED = time.time()
 
 
+def launch_group() -> int:
+    """The process group its SuperExec started this ClientApp process in, the one a signal to the
+    SuperNode's group reaches: a forked child's launcher's (the child has a group of its own),
+    else this process's."""
+    if os.environ.get(LAUNCH_ENV) == "forked" and GROUP_ENV in os.environ:
+        return int(os.environ[GROUP_ENV])
+    return os.getpgrp()
+
+
 # ---------------------------------------------------------------------- the launcher
 class _NotServed(Exception):
     """The server will not fork for this request; the launcher runs the real executable."""
@@ -191,7 +215,8 @@ def launch(real: str, entry: str, args: Sequence[str]) -> int:
             print(f"{EXECUTABLE}: the fork server ended before child {child} did", file=sys.stderr)
             return 1
     if code < 0:  # the child died of a signal: so does the launcher
-        signal.signal(-code, signal.SIG_DFL)
+        if -code != signal.SIGKILL:  # forwarded or ignored here (SIGPIPE); SIGKILL takes no handler
+            signal.signal(-code, signal.SIG_DFL)
         os.kill(os.getpid(), -code)
     return code
 
@@ -200,7 +225,7 @@ def _request(conn: socket.socket, real: str, args: Sequence[str]) -> None:
     """Send the request; return once the server is ready and told to fork (raise before that)."""
     socket.send_fds(conn, [b"F"], [0, 1, 2])
     payload = json.dumps({"argv": [real, *args], "env": dict(os.environ), "cwd": os.getcwd(),
-                          "started": process_start_time()}).encode()
+                          "started": process_start_time(), "group": os.getpgrp()}).encode()
     conn.sendall(_SIZE.pack(len(payload)) + payload)
     answer = _recv_exact(conn, 1)
     if answer == REFUSED:
@@ -249,15 +274,25 @@ def _peer_uid(conn: socket.socket) -> int:
 
 def _start_server(address: str, entry: str, parent: int, real: str, args: Sequence[str]) -> None:
     """Start the fork server for later messages (best effort: this one runs the real executable).
-    Its command line names the Runtime API address too, so ``ps`` (and ``deploy.launch``) tell whose."""
+    The launcher binds the address and hands the listening socket to the server, so of launchers
+    that find no server at once one starts it and the others wait in its backlog (or, past a
+    refused bind, run the real executable). The command line names the Runtime API address too,
+    so ``ps`` (and ``deploy.launch``) tell whose."""
     if not sys.platform.startswith("linux"):
         return
     api = next((args[i + 1] for i, a in enumerate(args[:-1]) if a.endswith("-api-address")), "")
-    # none of the launcher's streams: a caller reading them to their end would wait for the server
-    with contextlib.suppress(OSError):
-        subprocess.Popen([sys.executable, str(THIS), "serve", address.replace("\0", "@"), entry, str(parent),
-                          real, api], stdin=subprocess.DEVNULL, stdout=subprocess.DEVNULL,
-                         stderr=subprocess.DEVNULL, close_fds=True)
+    with socket.socket(socket.AF_UNIX, socket.SOCK_STREAM) as listener:
+        try:
+            listener.bind(address)
+        except OSError:  # another launcher is starting the server
+            return
+        listener.listen(64)
+        fd = listener.fileno()
+        # none of the launcher's streams: a caller reading them to their end would wait for the server
+        with contextlib.suppress(OSError):
+            subprocess.Popen([sys.executable, str(THIS), "serve", address.replace("\0", "@"), entry,
+                              str(parent), real, api, str(fd)], pass_fds=[fd], stdin=subprocess.DEVNULL,
+                             stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, close_fds=True)
 
 
 def _recv_exact(conn: socket.socket, size: int) -> bytes:
@@ -276,27 +311,20 @@ def _kill(pid: int, signum: int) -> None:
 
 
 # ---------------------------------------------------------------------- the fork server
-def serve(address: str, entry: str, parent: int) -> None:
-    """Fork a child running `entry` for every launcher of this user, until `parent` is gone."""
-    listener = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
-    try:
-        listener.bind(address)  # first: launchers queue in the backlog while Flower is imported
-    except OSError:  # another launcher's server took the address
-        return
-    listener.listen(64)
+def serve(listener: socket.socket, entry: str, parent: int) -> None:
+    """Fork a child running `entry` for every launcher of this user on `listener` (bound and
+    listening), until `parent` has ended; then end the children left."""
     try:
         run: Callable[[], object] | str = load_entry(entry)
     except Exception as err:  # refuse every request with the reason, rather than die and be restarted
         run = f"the fork server cannot import {entry}: {type(err).__name__}: {err}".splitlines()[0]
     for signum in FORWARDED:  # a signal to the SuperNode's group ends the children via their launchers
         signal.signal(signum, signal.SIG_IGN)
-    children: dict[int, socket.socket] = {}
-    while children or alive(parent):
-        ready, _, _ = select.select([listener], [], [], 0.1 if children else 1.0)
-        if ready:
-            _accept(listener, run, children)
-        _reap(children)
-    listener.close()
+    server = _Server(listener, run)
+    while alive(parent):
+        for peer in server.poll():  # forked here, outside the server's handlers: see `_Server.fork`
+            server.fork(peer)
+    server.close()
 
 
 def load_entry(entry: str) -> Callable[..., object]:
@@ -311,7 +339,14 @@ def load_entry(entry: str) -> Callable[..., object]:
 
 
 def alive(pid: int) -> bool:
-    """Whether process `pid` exists (a zombie counts)."""
+    """Whether process `pid` is running: it exists and (Linux) is not a zombie, which no one may
+    have reaped (Flower's SuperNode does not wait for its SuperExec)."""
+    try:
+        return Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()[0] != "Z"
+    except FileNotFoundError:
+        return False
+    except (OSError, IndexError):  # no /proc: ask the kernel whether the pid exists
+        pass
     try:
         os.kill(pid, 0)
     except ProcessLookupError:
@@ -321,55 +356,198 @@ def alive(pid: int) -> bool:
     return True
 
 
-def _accept(listener: socket.socket, run: Callable[[], object] | str,
-            children: dict[int, socket.socket]) -> None:
-    try:
-        conn, _ = listener.accept()
-    except OSError:
-        return
-    fds: list[int] = []
-    try:
-        conn.settimeout(TIMEOUT)
-        if _peer_uid(conn) != os.getuid():
-            raise PermissionError("a peer of another user")
-        _, fds, _, _ = socket.recv_fds(conn, 1, 3)
-        if len(fds) != 3:
-            raise ValueError(f"{len(fds)} file descriptors")
-        request = json.loads(_recv_exact(conn, _SIZE.unpack(_recv_exact(conn, _SIZE.size))[0]))
-        if isinstance(run, str):
-            conn.sendall(REFUSED + run.encode())
-            raise ValueError(run)
-        conn.sendall(READY)
-        if _recv_exact(conn, 1) != GO:  # the launcher gave up and runs the executable itself
+class _Peer:
+    """A launcher's connection: its request while it arrives, then the child forked for it."""
+
+    def __init__(self, conn: socket.socket) -> None:
+        self.conn = conn
+        self.fds: list[int] = []  # the launcher's stdin, stdout and stderr, until the fork
+        self.data = b""
+        self.request: dict | None = None
+        self.child: int | None = None
+        self.deadline = time.monotonic() + TIMEOUT  # to confirm its request
+
+    def close(self) -> None:
+        for fd in self.fds:
+            os.close(fd)
+        self.fds = []
+        self.conn.close()
+
+
+class _Server:
+    """Every launcher's connection at once, in the server's one thread (`selectors`): a peer that
+    stalls holds up no other, and each child is forked from the thread that lives as long as the
+    server, which is the thread its ``PR_SET_PDEATHSIG`` watches."""
+
+    def __init__(self, listener: socket.socket, run: Callable[[], object] | str) -> None:
+        import ctypes
+
+        self.prctl = ctypes.CDLL(None, use_errno=True).prctl
+        self.listener, self.run = listener, run
+        listener.setblocking(False)
+        self.selector = selectors.DefaultSelector()
+        self.selector.register(listener, selectors.EVENT_READ)
+        self.peers: set[_Peer] = set()
+        self.children: dict[int, _Peer] = {}
+
+    def poll(self) -> list[_Peer]:
+        """Wait up to `TICK` (`IDLE_TICK` without children) for launchers, answer them, drop those
+        past their deadline, report ended children; return the peers that confirmed a request."""
+        waiting = [peer for peer in self.peers if peer.child is None]
+        now = time.monotonic()
+        timeout = min([TICK if self.children else IDLE_TICK, *(peer.deadline - now for peer in waiting)])
+        confirmed = []
+        for key, _ in self.selector.select(max(timeout, 0.0)):
+            if key.fileobj is self.listener:
+                self._accept()
+            elif self._read(key.data):
+                confirmed.append(key.data)
+        now = time.monotonic()
+        for peer in waiting:
+            if peer.deadline < now and peer not in confirmed:
+                self._drop(peer)
+        for pid in list(self.children):
+            done, status = os.waitpid(pid, os.WNOHANG)
+            if done:
+                self._ended(pid, status)
+        return confirmed
+
+    def _accept(self) -> None:
+        while True:
+            try:
+                conn, _ = self.listener.accept()
+                if _peer_uid(conn) != os.getuid():  # abstract socket names are public
+                    conn.close()
+                    continue
+            except OSError:  # BlockingIOError: none left
+                return
+            conn.setblocking(False)
+            peer = _Peer(conn)
+            self.peers.add(peer)
+            self.selector.register(conn, selectors.EVENT_READ, peer)
+
+    def _read(self, peer: _Peer) -> bool:
+        """Take what `peer` sent; True once its launcher confirmed its request."""
+        if peer.child is not None:  # a launcher sends nothing after confirming: this is its end
+            try:
+                gone = not peer.conn.recv(1)
+            except BlockingIOError:
+                return False
+            except OSError:  # ECONNRESET: it ended with the child's pid unread
+                gone = True
+            if gone:
+                self._abandon(peer)
+            return False
+        try:
+            if not peer.fds:  # first the launcher's streams, on one byte
+                message, peer.fds, _, _ = socket.recv_fds(peer.conn, 1, 3)
+                if message != b"F" or len(peer.fds) != 3:
+                    raise ValueError(f"{len(peer.fds)} file descriptors")
+                return False
+            chunk = peer.conn.recv(1 << 16)
+            if not chunk:
+                raise EOFError("connection closed")
+            peer.data += chunk
+            return self._answer(peer)
+        except BlockingIOError:
+            return False
+        except (OSError, EOFError, ValueError):
+            self._drop(peer)
+            return False
+
+    def _answer(self, peer: _Peer) -> bool:
+        """Once the request is whole, say ready (or refuse); True once the launcher confirmed."""
+        if peer.request is None:
+            if len(peer.data) < _SIZE.size:
+                return False
+            end = _SIZE.size + _SIZE.unpack_from(peer.data)[0]
+            if end > MAX_REQUEST:
+                raise ValueError(f"a request of {end} bytes")
+            if len(peer.data) < end:
+                return False
+            peer.request, peer.data = json.loads(peer.data[_SIZE.size:end]), peer.data[end:]
+            if isinstance(self.run, str):
+                peer.conn.sendall(REFUSED + self.run.encode())
+                raise ValueError(self.run)
+            peer.conn.sendall(READY)
+        if not peer.data:
+            return False
+        if peer.data[:1] != GO:
             raise ValueError("not confirmed")
-    except (OSError, EOFError, ValueError):
-        _drop(conn, fds)
-        return
-    sys.stdout.flush()
-    sys.stderr.flush()
-    try:
-        pid = os.fork()
-    except OSError:  # no child: the launcher may run the executable itself
+        return True
+
+    def fork(self, peer: _Peer) -> None:
+        """Fork `peer`'s child and send the launcher its pid. The child leaves through this call
+        with its entry point's `SystemExit`, so no handler of the server's may enclose it."""
+        server = os.getpid()
+        sys.stdout.flush()
+        sys.stderr.flush()
+        try:
+            pid = os.fork()
+        except OSError:  # no child: the launcher may run the executable itself
+            with contextlib.suppress(OSError):
+                peer.conn.sendall(_INT.pack(-1))
+            self._drop(peer)
+            return
+        if pid == 0:
+            self._leave(peer, server)
+            _child(self.run, peer.fds, peer.request)  # type: ignore[arg-type]  # refused if a str
+        with contextlib.suppress(OSError):  # as the child does, so its group exists for `_abandon`
+            os.setpgid(pid, pid)
+        for fd in peer.fds:
+            os.close(fd)
+        peer.fds, peer.child = [], pid
+        self.children[pid] = peer
         with contextlib.suppress(OSError):
-            conn.sendall(_INT.pack(-1))
-        _drop(conn, fds)
-        return
-    if pid == 0:
-        listener.close()
-        for other in (conn, *children.values()):
-            other.close()
-        _child(run, fds, request)  # raises SystemExit: the interpreter exits as the executable would
-    for fd in fds:
-        os.close(fd)
-    with contextlib.suppress(OSError):
-        conn.sendall(_INT.pack(pid))
-    children[pid] = conn
+            peer.conn.sendall(_INT.pack(pid))
 
+    def _leave(self, peer: _Peer, server: int) -> None:
+        """In a child: close the server's sockets and the other launchers' streams; have the kernel
+        SIGKILL it when the server ends (a launcher's connection ends with the server too)."""
+        self.selector.close()
+        self.listener.close()
+        for other in self.peers:
+            if other is not peer:
+                other.close()
+        peer.conn.close()
+        if self.prctl(PR_SET_PDEATHSIG, int(signal.SIGKILL), 0, 0, 0) != 0:
+            import ctypes
 
-def _drop(conn: socket.socket, fds: list[int]) -> None:
-    for fd in fds:
-        os.close(fd)
-    conn.close()
+            raise OSError(ctypes.get_errno(), "prctl(PR_SET_PDEATHSIG)")
+        if os.getppid() != server:  # the server ended before that took effect
+            os.kill(os.getpid(), signal.SIGKILL)
+
+    def _abandon(self, peer: _Peer) -> None:
+        """The launcher ended before its child (it was killed): end the child's process group."""
+        with contextlib.suppress(ProcessLookupError):
+            os.killpg(peer.child, signal.SIGKILL)  # type: ignore[arg-type]
+        self._drop(peer)
+
+    def _ended(self, pid: int, status: int) -> None:
+        peer = self.children.pop(pid)
+        if peer in self.peers:  # its launcher is still there
+            with contextlib.suppress(OSError):
+                peer.conn.sendall(_INT.pack(os.waitstatus_to_exitcode(status)))
+            self._drop(peer)
+
+    def _drop(self, peer: _Peer) -> None:
+        if peer in self.peers:
+            self.peers.discard(peer)
+            self.selector.unregister(peer.conn)
+            peer.close()
+
+    def close(self) -> None:
+        """The SuperExec ended: end every child's process group, tell their launchers, stop."""
+        self.selector.unregister(self.listener)
+        self.listener.close()
+        for pid in self.children:
+            with contextlib.suppress(ProcessLookupError):
+                os.killpg(pid, signal.SIGKILL)
+        for pid in list(self.children):
+            self._ended(pid, os.waitpid(pid, 0)[1])
+        for peer in list(self.peers):
+            self._drop(peer)
+        self.selector.close()
 
 
 def _child(run: Callable[[], object], fds: list[int], request: dict) -> None:
@@ -381,21 +559,12 @@ def _child(run: Callable[[], object], fds: list[int], request: dict) -> None:
         os.close(fd)
     os.chdir(request["cwd"])
     os.environ.clear()
-    os.environ.update(request["env"], **{LAUNCH_ENV: "forked", START_ENV: repr(request["started"])})
+    os.environ.update(request["env"], **{LAUNCH_ENV: "forked", START_ENV: repr(request["started"]),
+                                         GROUP_ENV: str(request["group"])})
     sys.argv = list(request["argv"])
     if "numpy.random" in sys.modules:
         sys.modules["numpy.random"].seed()
     raise SystemExit(run())
-
-
-def _reap(children: dict[int, socket.socket]) -> None:
-    for pid in list(children):
-        done, status = os.waitpid(pid, os.WNOHANG)
-        if done:
-            conn = children.pop(pid)
-            with contextlib.suppress(OSError):
-                conn.sendall(_INT.pack(os.waitstatus_to_exitcode(status)))
-            conn.close()
 
 
 def main(argv: Sequence[str] | None = None) -> int:
@@ -403,9 +572,9 @@ def main(argv: Sequence[str] | None = None) -> int:
     command = argv[:1]
     if command == ["launch"] and len(argv) >= 3:
         return launch(argv[1], argv[2], argv[3:])
-    if command == ["serve"] and len(argv) == 6:
+    if command == ["serve"] and len(argv) == 7:  # address, entry, parent, real, api, listening fd
         sys.path[0] = str(Path(argv[4]).parent)  # the real executable's folder, not this one's
-        serve(argv[1].replace("@", "\0", 1), argv[2], int(argv[3]))
+        serve(socket.socket(fileno=int(argv[6])), argv[2], int(argv[3]))
         return 0
     if command == ["write-launcher"] and len(argv) == 2:
         print(write_launcher(Path(argv[1])))

@@ -47,7 +47,7 @@ class RunPlan:
     initial: State
     run_dir: Path
     start_round: int = 1
-    personal: dict[int, State] = field(default_factory=dict)
+    personal: dict[str, State] = field(default_factory=dict)  # by client id
 
 
 def plan_run(config: RunConfig) -> RunPlan:

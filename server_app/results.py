@@ -3,16 +3,19 @@
 Files:
 - ``config.json``: the validated run config, layer names, strategy;
 - ``rounds.jsonl``: one line per round: weighted metrics, phase seconds, message exchanges and
-  messages sent, bytes, rejections, and with ``dp = "client"`` the ``epsilon`` every site has spent
-  after it (`strategies.privacy`); round 0 is the initial adapters' evaluation (nothing trained);
+  messages sent, bytes, rejections, and the ``epsilon`` spent after it: with ``dp = "client"`` every
+  site's (`strategies.privacy`, PLD; ``epsilon-rdp`` beside it), with ``dp = "sample"`` the most any
+  client has spent; round 0 is
+  the initial adapters' evaluation (nothing trained);
 - ``clients.jsonl``: one line per client per round: eigenvalues, scores, budget, mask, bytes
   down/up, train and evaluation metrics (round 0: the initial evaluation and round 1's scores go
   out in one message, counted in round 0's bytes; the scores are recorded with round 1; with
   ``dp = "sample"``: the ε spent, ``dp-epsilon``; a client that sat the round out to stay within it
   has ``dp-sat-out`` = 1 there);
 - ``fronts.jsonl``: the optimiser's Pareto front and picked solution per round (F3OCUS);
-- ``checkpoint/``: after every trained round, ``global-<round>.safetensors`` (and
-  ``personal-<node>-<round>.safetensors``) and ``state.json`` naming the round and its files;
+- ``checkpoint/``: after every trained round, ``global-<round>.safetensors`` (and each client's own
+  global model, ``client-<partition id>-<round>.safetensors``) and ``state.json`` naming the round
+  and its files;
   ``adapters.safetensors``: the final global adapters;
 - ``stopped.json``: only for a run that ended before its last round by design (its privacy budget
   spent, `strategies.privacy`): the last round run and why, so the run counts as finished.
@@ -22,8 +25,9 @@ replaced (``os.replace``) only once they are all written, and the previous round
 deleted only after that. A kill at any instant therefore leaves a ``state.json`` that names a
 complete set of files of one round; files of a round it does not name are leftovers and ignored.
 On resume, log lines of rounds after the checkpoint, and a line cut short by a kill during its
-append, are dropped. Checkpoints of the older layout (``global.safetensors``,
-``personal-<node>.safetensors`` and ``"personal": [nodes]`` in ``state.json``) still load.
+append, are dropped. Older checkpoints load unless they hold per-client models: those were keyed by
+Flower's node ids, which differ from run to run, so they are refused rather than handed to the
+wrong clients.
 """
 
 from __future__ import annotations
@@ -91,12 +95,13 @@ class Recorder:
             for row in rows:
                 fh.write(json.dumps(row, default=_jsonable) + "\n")
 
-    def end_round(self, log: RoundLog, global_state: State, personal: dict[int, State]) -> None:
+    def end_round(self, log: RoundLog, global_state: State, personal: dict[str, State]) -> None:
         """Append this round's lines, print its summary line, then checkpoint (atomically)."""
         seconds = time.perf_counter() - self._round_start
         self._round_start = time.perf_counter()
-        clients = sorted(set(log.masks) | set(log.eval_metrics) | set(log.reports))
-        rows = [self._client_row(log, node) for node in clients]
+        nodes = set(log.masks) | set(log.eval_metrics) | set(log.reports)
+        rows = sorted((self._client_row(log, node) for node in nodes),
+                      key=lambda row: (row["partition-id"], row["client"] or "", row["node"]))
         summary = {
             "round": log.server_round,
             "seconds": seconds,
@@ -113,8 +118,12 @@ class Recorder:
             "failures": len(log.rejected),
             "sat-out": sorted(log.sat_out),
         }
-        if log.epsilon is not None:
-            summary["epsilon"] = log.epsilon
+        spent = [m["dp-epsilon"] for m in (*log.train_metrics.values(), *log.sat_out.values())
+                 if "dp-epsilon" in m]
+        if log.epsilon is not None or spent:  # client: every site's; sample: the most any client spent
+            summary["epsilon"] = log.epsilon if log.epsilon is not None else max(spent)
+        if log.epsilon_rdp is not None:
+            summary["epsilon-rdp"] = log.epsilon_rdp
         self._append("clients.jsonl", rows)
         self._append("rounds.jsonl", [summary])
         if log.assignment is not None:
@@ -134,6 +143,7 @@ class Recorder:
         return {
             "round": log.server_round,
             "node": node,
+            "client": log.clients.get(node),
             "partition-id": report.partition_id if report else
             log.eval_metrics.get(node, {}).get("partition-id", -1),
             "eigenvalues": report.eigenvalues if report else None,
@@ -155,20 +165,21 @@ class Recorder:
                 f"up {summary['bytes-up'] / MB:.2f} MB | rejected {summary['failures']}"
                 + (f" | ε {summary['epsilon']:.3g}" if "epsilon" in summary else ""))
 
-    def checkpoint(self, server_round: int, global_state: State, personal: dict[int, State]
+    def checkpoint(self, server_round: int, global_state: State, personal: dict[str, State]
                    ) -> None:
         """This round's adapter files under new names, then ``state.json`` naming them, then the
-        files of earlier rounds are pruned (see the module doc: atomic as a set)."""
+        files of earlier rounds are pruned (see the module doc: atomic as a set). ``personal`` is
+        keyed by client id (`strategies.records.CLIENT_ID`: safe in a file name)."""
         directory = self.run_dir / CHECKPOINT
         files = {"global": f"global-{server_round}.safetensors",
-                 "personal": {str(node): f"personal-{node}-{server_round}.safetensors"
-                              for node in sorted(personal)}}
+                 "clients": {client: f"client-{client}-{server_round}.safetensors"
+                             for client in sorted(personal)}}
         _save_state(directory / files["global"], global_state)
-        for node, state in personal.items():
-            _save_state(directory / files["personal"][str(node)], state)
+        for client, state in personal.items():
+            _save_state(directory / files["clients"][client], state)
         text = json.dumps({"round": server_round, **files})
         _atomic_write(directory / STATE_FILE, lambda tmp: tmp.write_text(text))
-        keep = {STATE_FILE, files["global"], *files["personal"].values()}
+        keep = {STATE_FILE, files["global"], *files["clients"].values()}
         for path in directory.iterdir():
             if path.name not in keep:
                 path.unlink(missing_ok=True)
@@ -184,14 +195,16 @@ class Recorder:
             self.bar.close()
 
 
-def _checkpoint_files(state: dict) -> tuple[str, dict[int, str]]:
-    """The global and per-client file names a ``state.json`` names (new or older layout)."""
-    if "global" in state:
-        return state["global"], {int(n): name for n, name in state["personal"].items()}
-    return "global.safetensors", {int(n): f"personal-{n}.safetensors" for n in state["personal"]}
+def _checkpoint_files(state: dict, state_file: Path) -> tuple[str, dict[str, str]]:
+    """The global file and the per-client files by client id that a ``state.json`` names."""
+    if state.get("personal"):
+        raise ValueError(f"{state_file} keeps per-client models by Flower node id (an older layout); "
+                         "node ids differ from run to run, so this run cannot be resumed")
+    clients = dict(state.get("clients", {}))
+    return state.get("global", "global.safetensors"), clients
 
 
-def load_checkpoint(run_dir: Path) -> tuple[int, State, dict[int, State]]:
+def load_checkpoint(run_dir: Path) -> tuple[int, State, dict[str, State]]:
     """Last completed round, its global adapters and per-client states; trims later log lines."""
     directory = run_dir / CHECKPOINT
     state_file = directory / STATE_FILE
@@ -199,9 +212,9 @@ def load_checkpoint(run_dir: Path) -> tuple[int, State, dict[int, State]]:
         raise FileNotFoundError(f"resume-from = {str(run_dir)!r}: no checkpoint at {state_file}")
     state = json.loads(state_file.read_text())
     done = int(state["round"])
-    global_file, personal_files = _checkpoint_files(state)
+    global_file, personal_files = _checkpoint_files(state, state_file)
     global_state = load_file(str(directory / global_file))
-    personal = {node: load_file(str(directory / name)) for node, name in personal_files.items()}
+    personal = {client: load_file(str(directory / name)) for client, name in personal_files.items()}
     for name in ("rounds.jsonl", "clients.jsonl", "fronts.jsonl"):
         path = run_dir / name
         if path.exists():  # drop lines of a round that ran after the checkpoint but did not finish

@@ -2,10 +2,12 @@
 
 `server_app.app.build_strategy` picks the axes from the run config: the selection rule
 (``strategy``, `strategies.selection`) and the aggregator (``aggregation``,
-`strategies.aggregation`). A run of N rounds is 2N + 1 message exchanges (issue 38):
+`strategies.aggregation`). A run of N rounds is 2N + 2 message exchanges:
 
-0. before round 1, one ``evaluate`` message per client (`client_app.app.evaluate`) evaluates the
-   initial adapters (recorded as round 0) and scores the layers for round 1;
+0. before round 1, one ``query`` message per node asks who it is (`LayerSelectionStrategy.identify`:
+   sampling, personal models and records are keyed by that client id, never by Flower's node id,
+   which Ray draws at random), then one ``evaluate`` message per client (`client_app.app.evaluate`)
+   evaluates the initial adapters (recorded as round 0) and scores the layers for round 1;
 1. the selection rule turns the scores and budgets of round r's clients into one mask per client
    (paper Eq. 21 for F3OCUS; all empty for ``none``);
 2. each client gets its own train message with its mask (`client_app.app.train` -> `tasks.train`)
@@ -36,6 +38,7 @@ however many rounds it repeats) and its client sits that part out.
 
 from __future__ import annotations
 
+import math
 import random
 import time
 from collections.abc import Callable, Iterable, Sequence
@@ -58,6 +61,7 @@ from strategies.validation import (
     LayerReport,
     Rejected,
     check_evaluation,
+    check_identity,
     check_scores,
     check_update,
     unique_by_node,
@@ -68,9 +72,10 @@ log = getLogger("flwr").log  # Flower's logger: its handlers reach the console a
 
 CONFIG_KEY = "config"
 REPLY_POLL_S = 0.25  # seconds between pulls for a phase's replies (`exchange`)
-PHASES = ("scoring", "optimising", "training", "aggregating", "evaluating")
-"""``RoundLog.seconds``: "evaluating" is the exchange that closes a round (its evaluation and the
-next round's scores, one message); "scoring" an exchange that only scores (a resumed run's first)."""
+PHASES = ("identifying", "scoring", "optimising", "training", "aggregating", "evaluating")
+"""``RoundLog.seconds``: "identifying" asks newly connected nodes who they are (`client_ids`);
+"evaluating" is the exchange that closes a round (its evaluation and the next round's scores, one
+message); "scoring" an exchange that only scores (a resumed run's first)."""
 
 
 def exchange(grid: Grid, messages: Sequence[Message], timeout: float | None,
@@ -109,11 +114,13 @@ class RoundLog:
     train_metrics: dict[int, dict] = field(default_factory=dict)
     eval_metrics: dict[int, dict] = field(default_factory=dict)
     sat_out: dict[int, dict] = field(default_factory=dict)  # node -> its reply metrics (`sit_out`)
+    clients: dict[int, str] = field(default_factory=dict)  # node -> its client id
     seconds: dict[str, float] = field(default_factory=lambda: dict.fromkeys(PHASES, 0.0))
     exchanges: int = 0  # message exchanges sent in this round (each one phase)
     messages: int = 0  # messages sent in them
     aggregated: bool = False
-    epsilon: float | None = None  # dp = "client": the ε every site has spent after this round
+    epsilon: float | None = None  # dp = "client": the ε every site has spent after this round (PLD)
+    epsilon_rdp: float | None = None  # the same by RDP, recorded beside it
     logged: set[tuple[int, str]] = field(default_factory=set, repr=False)  # shared across rounds
 
     def reject(self, node_id: int, stage: str, reason: str) -> None:
@@ -143,14 +150,15 @@ NOT_METRICS = ("num-examples", "partition-id", "model-size")
 
 
 def weighted_means(per_client: dict[int, dict]) -> dict[str, float]:
-    """Example-weighted mean of every numeric metric the clients reported."""
+    """Example-weighted mean of every numeric metric the clients reported; exactly rounded sums
+    (`math.fsum`), so the mean does not depend on the order the replies came in."""
     weights = {node: m.get("num-examples", 0) for node, m in per_client.items()}
-    total = sum(weights.values())
+    total = math.fsum(weights.values())
     if total <= 0:
         return {}
     keys = {k for m in per_client.values() for k, v in m.items()
             if isinstance(v, int | float) and k not in NOT_METRICS}
-    return {k: sum(weights[n] * m[k] for n, m in per_client.items() if k in m) / total
+    return {k: math.fsum(weights[n] * m[k] for n, m in per_client.items() if k in m) / total
             for k in sorted(keys)}
 
 
@@ -180,7 +188,7 @@ class LayerSelectionStrategy(Strategy):
         fraction_evaluate: float = 1.0,
         min_nodes: int = 1,
         seed: int = 0,
-        on_round_end: Callable[[RoundLog, State, dict[int, State]], None] | None = None,
+        on_round_end: Callable[[RoundLog, State, dict[str, State]], None] | None = None,
         accountant: ClientAccountant | None = None,
     ) -> None:
         self.rule = rule
@@ -198,7 +206,9 @@ class LayerSelectionStrategy(Strategy):
         self.accountant = accountant
         self.stopped: str | None = None  # why the run ended before its last round (privacy budget)
         self.global_state: State = {}
-        self.personal: dict[int, State] = {}
+        self.personal: dict[str, State] = {}  # client id -> its own global model
+        self.clients: dict[int, str] = {}  # node id -> client id, learnt by `identify`
+        self.asked: dict[int, int] = {}  # node id -> the round it was last asked who it is
         self.logged: set[tuple[int, str]] = set()  # (node, reason) pairs already logged
         self.budgets_seen: dict[int, int] = {}  # partition id -> budget last logged
         self.round_log = RoundLog(0, logged=self.logged)
@@ -209,13 +219,53 @@ class LayerSelectionStrategy(Strategy):
         self.timeout: float | None = None
 
     # ------------------------------------------------------------------ helpers
-    def _sample(self, grid: Grid, fraction: float, server_round: int, salt: int) -> list[int]:
-        """Seeded sample of connected nodes (at least ``min_nodes``, waiting for them)."""
-        while len(nodes := sorted(grid.get_node_ids())) < self.min_nodes:
-            log(INFO, "Waiting for nodes: %d connected, %d needed", len(nodes), self.min_nodes)
+    def identify(self, grid: Grid, nodes: Iterable[int]) -> None:
+        """Ask every connected node not yet known (at most once a round) for its client id (its
+        site name, else ``partition-<id>``): one ``query`` exchange, timed as "identifying". A
+        node claiming the id of another connected node is rejected; a reconnected site (new node
+        id, same id) takes its id, and so its personal model, over."""
+        nodes, server_round = list(nodes), self.round_log.server_round
+        unknown = [n for n in nodes if n not in self.clients and self.asked.get(n) != server_round]
+        if not unknown:
+            return
+        self.asked.update(dict.fromkeys(unknown, server_round))
+        messages = [self._message(n, MessageType.QUERY, {"server-round": server_round}, None)
+                    for n in unknown]
+        replies = self._send(grid, messages, "identifying",
+                             lambda node, reason: self.round_log.reject(node, "identify", reason))
+        held = {self.clients[n]: n for n in nodes if n in self.clients}
+        for msg in sorted(replies, key=lambda m: m.metadata.src_node_id):
+            node = msg.metadata.src_node_id
+            try:
+                client = check_identity(msg)
+                if client in held:
+                    raise Rejected(f"client id {client!r} is already node {held[client]}'s: give every "
+                                   "site its own node config site (or partition-id)")
+            except Rejected as err:
+                self.round_log.reject(node, "identify", str(err))
+                continue
+            self.clients[node] = held[client] = client
+
+    def client_ids(self, grid: Grid) -> dict[str, int]:
+        """Client id -> node id of every connected, identified node (at least ``min_nodes``,
+        waiting for them)."""
+        while True:
+            nodes = sorted(grid.get_node_ids())
+            self.identify(grid, nodes)
+            by_client = {self.clients[n]: n for n in nodes if n in self.clients}
+            if len(by_client) >= self.min_nodes:
+                return by_client
+            log(INFO, "Waiting for nodes: %d identified, %d needed", len(by_client), self.min_nodes)
             time.sleep(1)
-        size = min(len(nodes), max(self.min_nodes, round(fraction * len(nodes))))
-        return sorted(random.Random(self.seed * 100_003 + server_round * 7 + salt).sample(nodes, size))
+
+    def _sample(self, grid: Grid, fraction: float, server_round: int, salt: int) -> list[int]:
+        """Seeded sample of connected clients, drawn by client id (so the same seed samples the
+        same clients on every engine), returned as their node ids in client-id order."""
+        by_client = self.client_ids(grid)
+        ids = sorted(by_client)
+        size = min(len(ids), max(self.min_nodes, round(fraction * len(ids))))
+        chosen = random.Random(self.seed * 100_003 + server_round * 7 + salt).sample(ids, size)
+        return [by_client[c] for c in sorted(chosen)]
 
     @property
     def shared_units(self) -> list[int]:
@@ -224,7 +274,7 @@ class LayerSelectionStrategy(Strategy):
         return sorted({layer_index(k) for k in self.global_state} - set(range(self.num_layers)))
 
     def _state_for(self, node_id: int) -> State:
-        return self.personal.get(node_id, self.global_state)
+        return self.personal.get(self.clients.get(node_id, -1), self.global_state)
 
     def _send(self, grid: Grid, messages: list[Message], phase: str,
               reject: Callable[[int, str], None]) -> list[Message]:
@@ -256,7 +306,8 @@ class LayerSelectionStrategy(Strategy):
 
     def _arrays_for(self, node_ids: Iterable[int]) -> dict[int, ArrayRecord]:
         shared = to_record(self.global_state)
-        return {n: to_record(self.personal[n]) if n in self.personal else shared for n in node_ids}
+        return {n: shared if self.clients.get(n) not in self.personal else to_record(self._state_for(n))
+                for n in node_ids}
 
     # ------------------------------------------------------------------ scoring + selection
     def _record_reports(self, reports: list[LayerReport]) -> None:
@@ -341,7 +392,8 @@ class LayerSelectionStrategy(Strategy):
             return None, None
         result = self.aggregator(self.global_state, updates)
         # a client that took no part in this round keeps the model last made for it
-        self.global_state, self.personal = result.global_state, {**self.personal, **result.personal}
+        made = {self.clients[node]: state for node, state in result.personal.items()}
+        self.global_state, self.personal = result.global_state, {**self.personal, **made}
         log_.aggregated = True
         log_.seconds["aggregating"] += time.perf_counter() - start
         return to_record(self.global_state), MetricRecord(weighted_means(log_.train_metrics))
@@ -432,7 +484,7 @@ class LayerSelectionStrategy(Strategy):
         evaluate_config: ConfigRecord | None = None,
         evaluate_fn: Callable | None = None,
         start_round: int = 1,
-        personal: dict[int, State] | None = None,
+        personal: dict[str, State] | None = None,
     ) -> Result:
         """Run rounds ``start_round..num_rounds`` (``start_round > 1`` resumes a checkpoint).
 
@@ -468,6 +520,7 @@ class LayerSelectionStrategy(Strategy):
             self.round_log = self.next_log
             if self.accountant is not None:
                 self.round_log.epsilon = self.accountant.epsilon(server_round)
+                self.round_log.epsilon_rdp = self.accountant.epsilon(server_round, "rdp")
             messages = list(self.configure_train(
                 server_round, to_record(self.global_state), ConfigRecord(dict(train_config or {})),
                 grid))
@@ -490,5 +543,6 @@ class LayerSelectionStrategy(Strategy):
             result.evaluate_metrics_clientapp[server_round] = eval_metrics
         if evaluate_fn is not None and (res := evaluate_fn(server_round, self.global_state)):
             result.evaluate_metrics_serverapp[server_round] = res
+        self.round_log.clients = dict(self.clients)
         if self.on_round_end is not None:
             self.on_round_end(self.round_log, self.global_state, self.personal)

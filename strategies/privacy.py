@@ -1,5 +1,7 @@
-"""The ε of a ``dp = "client"`` run (DP-FedAvg, `strategies.aggregation.dp`), accounted with Google's
-dp-accounting (Rényi DP, Mironov 2017; the unit is a whole site, added or removed).
+"""The ε of a ``dp = "client"`` run (DP-FedAvg, `strategies.aggregation.dp`), accounted by privacy
+loss distributions (Google's dp-accounting, `tasks.privacy.epsilon_spent`: tight for the Gaussian
+mechanism, where Rényi DP overstated ε by 12 % at ε = 8), the RDP ε recorded beside it; the unit is
+a whole site's update, replaced by zeros.
 
 Each round is one Gaussian mechanism with noise multiplier z on the vector of the sent arrays' sums
 (sensitivity ``dp-clip``). Clients are sampled with a fixed fraction (``fraction-train``), not
@@ -9,7 +11,7 @@ is what a site that is always sampled spends. The budget settings (`settings.pri
 - δ = ``dp-delta``, or 1/(10 n) when it is 0, n the sites connected when round 1 starts; δ ≥ 1/n is
   refused (a mechanism that may publish one site's update whole would satisfy it);
 - z = ``dp-noise``, or when that is 0 the smallest z whose ``num-server-rounds`` rounds spend at most
-  ``dp-epsilon`` (dp-accounting's `calibrate_dp_mechanism`);
+  ``dp-epsilon`` (`tasks.privacy.calibrate`);
 - the cap = ``dp-max-epsilon``, or ``dp-epsilon`` when that is 0: the run stops before a round whose ε
   would pass it (`ClientAccountant.allows`), and a cap that round 1 already passes is refused.
 """
@@ -18,30 +20,17 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
+import numpy as np
+
 from settings import ConfigError
 from settings.privacy import PrivacySettings
-from tasks.privacy import resolve_delta
+from tasks.privacy import calibrate, epsilon_spent, resolve_delta
 
 
-def run_epsilon(noise: float, rounds: int, delta: float) -> float:
-    """ε after ``rounds`` rounds of the Gaussian mechanism with multiplier ``noise`` at ``delta``."""
-    import dp_accounting  # seconds to import: only where a run or test accounts
-    from dp_accounting import rdp
-
-    accountant = rdp.RdpAccountant()
-    accountant.compose(dp_accounting.GaussianDpEvent(noise), rounds)
-    return float(accountant.get_epsilon(delta))
-
-
-def calibrate_noise(epsilon: float, rounds: int, delta: float) -> float:
-    """The smallest noise multiplier whose ``rounds`` rounds spend at most ``epsilon`` at ``delta``."""
-    import dp_accounting
-    from dp_accounting import rdp
-
-    return float(dp_accounting.calibrate_dp_mechanism(
-        rdp.RdpAccountant,
-        lambda z: dp_accounting.SelfComposedDpEvent(dp_accounting.GaussianDpEvent(z), rounds), epsilon, delta,
-        dp_accounting.LowerEndpointAndGuess(1e-3, 1.0), tol=1e-4))
+def run_epsilon(noise: float, rounds: int, delta: float, accountant: str = "pld") -> float:
+    """ε after ``rounds`` rounds of the Gaussian mechanism with multiplier ``noise`` at ``delta``
+    (no sampling amplification: q = 1)."""
+    return epsilon_spent(np.array([[noise, 1.0, rounds]]), delta, accountant)
 
 
 @dataclass(frozen=True)
@@ -60,7 +49,7 @@ class ClientAccountant:
             delta = resolve_delta(privacy.delta, num_sites, "sites")
         except ValueError as err:
             raise ConfigError(str(err)) from None
-        noise = privacy.noise or calibrate_noise(privacy.epsilon, num_rounds, delta)
+        noise = privacy.noise or calibrate(privacy.epsilon, delta, 1.0, num_rounds)
         accountant = cls(noise, delta, privacy.max_epsilon or privacy.epsilon)
         if not accountant.allows(1):
             key = "dp-max-epsilon" if privacy.max_epsilon else "dp-epsilon"
@@ -68,9 +57,9 @@ class ClientAccountant:
                               f"that one round with dp-noise = {noise:.4g} spends (δ = {delta:.3g})")
         return accountant
 
-    def epsilon(self, rounds: int) -> float:
-        """ε spent by every site once ``rounds`` rounds have run."""
-        return run_epsilon(self.noise, rounds, self.delta)
+    def epsilon(self, rounds: int, accountant: str = "pld") -> float:
+        """ε spent by every site once ``rounds`` rounds have run (`tasks.privacy.ACCOUNTANTS`)."""
+        return run_epsilon(self.noise, rounds, self.delta, accountant)
 
     def allows(self, server_round: int) -> bool:
         """Does running round ``server_round`` keep ε within the cap?"""

@@ -15,6 +15,7 @@ from __future__ import annotations
 
 import io
 import json
+import re
 from collections.abc import Iterable, Mapping
 
 import numpy as np
@@ -28,6 +29,8 @@ PACKED = "adapters"  # the one Array of a packed record
 STYPE = "safetensors"  # its serialisation type (Flower's ``Array.stype``)
 _ORDER = "order"  # safetensors metadata: the state's keys in their order (the buffer sorts them)
 RUNTIME = "runtime"  # ConfigRecord of an evaluate reply: the ClientApp's "flwr-version"
+IDENTITY = "identity"  # ConfigRecord of a query reply: the client's id, "client"
+CLIENT_ID = re.compile(r"[A-Za-z0-9._-]{1,64}")  # a client id: a site's name, safe in a file name
 
 
 def runtime_record() -> ConfigRecord:

@@ -21,7 +21,7 @@ from flwr.app import ArrayRecord, Message, MetricRecord
 
 from flower_compat import flower_version, release_mismatch
 from strategies.aggregation import ClientUpdate
-from strategies.records import RUNTIME, State, from_record, layer_index
+from strategies.records import CLIENT_ID, IDENTITY, RUNTIME, State, from_record, layer_index
 
 SCORES_KEY = "scores"
 ARRAYS_KEY = "arrays"
@@ -138,6 +138,18 @@ def check_release(content: Mapping) -> None:
     problem = release_mismatch(flower_version(), peer, "the ServerApp", "this ClientApp")
     if problem:
         raise Rejected(problem)
+
+
+def check_identity(msg: Message) -> str:
+    """Validate a query reply's ``identity`` record: the client's id, 1-64 letters, digits, '.',
+    '_' or '-' (it names the client's checkpoint files)."""
+    content = _content(msg)
+    record = content.get(IDENTITY) if IDENTITY in content.config_records else None
+    client = record.get("client") if record is not None else None
+    if not isinstance(client, str) or not CLIENT_ID.fullmatch(client):
+        raise Rejected(f"reply names no valid client id (ConfigRecord '{IDENTITY}', 'client'): "
+                       f"{client!r}")
+    return client
 
 
 def check_scores(msg: Message, num_layers: int) -> LayerReport:

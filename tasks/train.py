@@ -40,7 +40,7 @@ from tasks.adapters import (
 )
 from tasks.device import resolve_device
 from tasks.models.base import FederatedVLM
-from tasks.privacy import SamplePlan, empty_step, poisson_batches, private_optimizer
+from tasks.privacy import SamplePlan, empty_step, fresh_rng, poisson_batches, private_optimizer
 
 if TYPE_CHECKING:
     from tasks.data import Sample
@@ -92,13 +92,14 @@ def train(
         order = _batches(len(samples), steps, batch_size, seed)
         private = nullcontext(optimizer)
     else:
-        order = poisson_batches(len(samples), steps, privacy.sample_rate, np.random.default_rng(seed))
+        # from the OS's entropy, not the seed: batches the server could redraw reveal who was in them
+        order = poisson_batches(len(samples), steps, privacy.sample_rate, fresh_rng())
         private = private_optimizer(model, optimizer, privacy, len(samples)) if optimizer else nullcontext()
     losses = []
     model.train()
     cuda = [model.device.index or 0] if model.device.type == "cuda" else []
     with torch.random.fork_rng(devices=cuda), private as optimizer:
-        torch.manual_seed(seed)  # dropout masks, DP noise; the caller's RNG state is restored afterwards
+        torch.manual_seed(seed)  # dropout masks (DP noise has its own generator); restored afterwards
         for step, idx in enumerate(order):
             if len(idx) == 0:  # an empty Poisson batch (privacy only): a step of noise alone
                 if optimizer is not None:
@@ -120,6 +121,8 @@ def train(
             losses.append(loss.item())
     model.eval()
     stats = {"samples_seen": float(sum(len(i) for i in order)), "steps": float(steps)}
+    if privacy is not None and optimizer is not None:
+        stats["dp-noise-norm"] = float(np.sqrt(optimizer.noise_sq))
     if losses:  # none when every Poisson batch was empty (privacy only): no loss to report
         stats.update(train_loss=float(np.mean(losses)), train_loss_first=losses[0],
                      train_loss_last=losses[-1])

@@ -37,7 +37,7 @@ class Aggregate:
     """Result of aggregation: the new global state and optional per-client global models."""
 
     global_state: State
-    personal: dict[int, State] = field(default_factory=dict)
+    personal: dict[int, State] = field(default_factory=dict)  # by node id
 
 
 class Aggregator(Protocol):

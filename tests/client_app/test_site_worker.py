@@ -4,30 +4,29 @@ from __future__ import annotations
 
 import json
 import os
+import signal
+import subprocess
+import sys
+import threading
 import time
 from multiprocessing import AuthenticationError
+from pathlib import Path
 
 import pytest
 import torch
-from flwr.app import ConfigRecord, Context, Message, RecordDict
 from flwr.supercore.task_identity import TaskIdentity
 
 from client_app import worker
-from tests.helpers.worker_app import app
+from flower_compat import forkserver
+from tests.helpers.fork_group import ended, in_a_group
+from tests.helpers.worker_app import APP, app, context, message
+
+ROOT = Path(__file__).resolve().parents[2]
 
 
 @pytest.fixture(autouse=True)
 def identity():
     TaskIdentity.run_id, TaskIdentity.task_id, TaskIdentity.node_id = 11, 12, 13
-
-
-def message(x: int, fail: bool = False) -> Message:
-    config = ConfigRecord({"x": x, "fail": fail, "server-round": 1})
-    return Message(RecordDict({"config": config}), dst_node_id=5, message_type="query.echo")
-
-
-def context(**node_config: object) -> Context:
-    return Context(run_id=7, node_id=5, node_config=node_config, state=RecordDict(), run_config={})
 
 
 def timings(state_dir) -> list[dict]:
@@ -55,18 +54,19 @@ def test_worker_idle_0_runs_here_with_the_sites_threads_and_records_the_message(
     threads = torch.get_num_threads()
     try:
         ctx = context(**{"state-dir": str(tmp_path), "worker-idle": 0, "num-threads": 2})
-        reply = app(message(4), ctx)
+        reply = app(message(4, sleep=0.2), ctx)
         assert reply.content["echo"]["pid"] == os.getpid()
         assert reply.content["echo"]["threads"] == 2
     finally:
         torch.set_num_threads(threads)
     (row,) = timings(tmp_path)
     assert row["where"] == "process" and row["run-id"] == 7 and row["message"] == "query.echo"
-    assert row["round"] == 1 and row["work"] >= 0 and row["overhead"] >= row["start-to-handler"] > 0
+    assert row["round"] == 1 and row["work"] >= 0.2  # the handler's own sleep
+    assert row["overhead"] >= row["start-to-handler"] > 0
 
 
 def test_messages_share_one_warm_worker_that_keeps_state_raises_and_idles_out(tmp_path, monkeypatch):
-    monkeypatch.setattr(worker, "APP", "tests.helpers.worker_app:app")
+    monkeypatch.setattr(worker, "APP", APP)
     # two threads: the worker inherits the suite's OMP_NUM_THREADS=1 (tests/conftest.py)
     ctx = context(**{"state-dir": str(tmp_path), "num-threads": 2, "worker-idle": 5})
     first = app(message(1), ctx).content["echo"]
@@ -91,6 +91,71 @@ def test_messages_share_one_warm_worker_that_keeps_state_raises_and_idles_out(tm
         if not ended:
             os.kill(int(first["pid"]), 9)
             reap(int(first["pid"]), timeout=10)
+
+
+def test_the_worker_ends_with_its_superexec_even_during_a_message(tmp_path, monkeypatch):
+    monkeypatch.setattr(worker, "APP", APP)
+    superexec = subprocess.Popen(["sleep", "600"])
+    monkeypatch.setattr(sys, "argv", ["flwr-clientapp", "--parent-pid", str(superexec.pid)])
+    ctx = context(**{"state-dir": str(tmp_path), "num-threads": 1, "worker-idle": 60})
+    mark, failures = tmp_path / "handler-started", []
+
+    def long_message() -> None:
+        try:
+            app(message(1, sleep=60, mark=str(mark)), ctx)
+        except RuntimeError as err:
+            failures.append(str(err))
+
+    thread = threading.Thread(target=long_message)
+    thread.start()
+    pid, ended = None, False
+    try:
+        deadline = time.monotonic() + 60  # the worker's start: its imports
+        while not (mark.exists() and mark.read_text()) and time.monotonic() < deadline:
+            time.sleep(0.05)
+        pid = int(mark.read_text())
+        superexec.kill()
+        superexec.wait()
+        ended = reap(pid, timeout=5)
+        assert ended, "the worker went on with its message after its SuperExec ended"
+        thread.join(timeout=10)
+        assert failures == ["the site worker ended during a query.echo message (EOFError); "
+                            "see the SuperNode's log"]
+    finally:
+        superexec.kill()
+        superexec.wait()
+        if pid and not ended:
+            os.kill(pid, signal.SIGKILL)
+            reap(pid, timeout=10)
+        thread.join(timeout=10)
+
+
+def test_a_signal_to_the_supernodes_group_reaches_the_worker_of_a_forked_clientapp(tmp_path):
+    """A forked ClientApp process has a process group of its own; the worker it starts joins its
+    launcher's, the SuperNode's, so a site's Ctrl-C there reaches the worker, not only through
+    its SuperExec's end (which this SuperExec, outside the group, does not give it)."""
+    real = tmp_path / "real-flwr-clientapp"
+    real.write_text("#!/bin/sh\necho started\n")
+    real.chmod(0o755)
+    launcher = forkserver.write_launcher(tmp_path / "bin", real=str(real),
+                                         entry="tests.helpers.worker_app:forked_clientapp")
+    env = {"PATH": os.environ["PATH"], "PYTHONPATH": str(ROOT), "HF_HUB_OFFLINE": "1", "OMP_NUM_THREADS": "1"}
+    superexec = subprocess.Popen(["sleep", "600"])
+    group, pid = None, None
+    try:
+        group, echo = in_a_group(launcher, env, ["--parent-pid", str(superexec.pid),
+                                                 f"--state-dir={tmp_path / 'state'}"])
+        pid = int(echo["pid"])  # the worker's: forked_clientapp sent its message there
+        assert os.getpgid(pid) == group.pid
+        os.killpg(group.pid, signal.SIGINT)
+        assert ended(pid, timeout=10), "the worker missed a signal to its SuperNode's group"
+    finally:
+        if pid and forkserver.alive(pid):
+            os.kill(pid, signal.SIGKILL)
+        superexec.kill()
+        superexec.wait()
+        if group is not None:
+            group.wait(timeout=30)
 
 
 @pytest.mark.parametrize("key, value, match", [

@@ -129,7 +129,7 @@ def test_three_authenticated_nodes_complete_two_rounds_with_their_own_budgets(fe
     rounds = trained_rounds(run_dir / "rounds.jsonl")
     assert [r["round"] for r in rounds] == [1, 2]
     assert all(r["aggregated"] and r["failures"] == 0 for r in rounds), rounds
-    assert [r["exchanges"] for r in read_jsonl(run_dir / "rounds.jsonl")] == [1, 2, 2]  # issue 38
+    assert [r["exchanges"] for r in read_jsonl(run_dir / "rounds.jsonl")] == [2, 2, 2]  # 0: + who is who
     budget_of = {federation.node_ids[name]: budget for name, budget in BUDGETS.items()}
     rows = trained_rounds(run_dir / "clients.jsonl")
     assert sorted((r["round"], r["node"]) for r in rows) == sorted(
@@ -216,8 +216,10 @@ def test_killed_node_is_recorded_the_run_completes_and_the_restarted_node_rejoin
     rounds = trained_rounds(tmp_path / "fault" / "rounds.jsonl")
     assert [r["round"] for r in rounds] == [1, 2]
     assert all(r["aggregated"] for r in rounds)
-    failures = [f for f in rounds[0]["rejected"] if f["node"] == victim_id]
-    assert failures and rounds[0]["failures"] >= 1, rounds[0]["rejected"]
+    # its first message of the run may be the question who it is (round 0) or a round-1 message
+    early = read_jsonl(tmp_path / "fault" / "rounds.jsonl")[:2]
+    failures = [f for r in early for f in r["rejected"] if f["node"] == victim_id]
+    assert failures, [r["rejected"] for r in early]
     assert any("Node Unavailable" in f["reason"] or "no reply" in f["reason"] for f in failures)
     rows = read_jsonl(tmp_path / "fault" / "clients.jsonl")
     first = {r["node"]: r for r in rows if r["round"] == 1}

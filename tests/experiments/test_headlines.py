@@ -27,7 +27,8 @@ PAIRED_MD = """# x
 
 def test_readme_headlines_agree_with_the_committed_tables(capsys) -> None:
     assert main([]) == 0, capsys.readouterr().out
-    assert f"{len(CHECKS)} of {len(CHECKS)} README phrases agree" in capsys.readouterr().out
+    out = capsys.readouterr().out
+    assert f"{len(CHECKS)} of {len(CHECKS)} phrases of README and docs/results agree" in out
 
 
 def test_a_committed_interval_is_recomputed_from_its_per_seed_differences() -> None:
@@ -50,16 +51,41 @@ def test_extract_turns_a_printed_paired_table_into_per_seed_differences(tmp_path
     assert len(markdown_tables(PAIRED_MD)) == 2
 
 
-def test_a_readme_number_off_by_more_than_its_rounding_fails(tmp_path: Path) -> None:
-    readme = Path(__file__).resolve().parents[2] / "README.md"
-    text = readme.read_text(encoding="utf-8")
-    assert "gains +17.1 pp [+13.7, +20.5]" in text
-    planted = tmp_path / "README.md"
-    planted.write_text(text.replace("gains +17.1 pp [+13.7, +20.5]", "gains +17.3 pp [+13.7, +20.5]"))
-    bad = [(item.template, printed) for item, printed, _, ok in check(planted) if not ok]
-    assert bad == [("(the group oracle) gains {} pp [{}, {}] over FedAvg", ["+17.3", "+13.7", "+20.5"])]
-    planted.write_text(text.replace("FedAvg falls 7.5 pp below", "FedAvg falls well below"))
-    assert [printed for _, printed, _, ok in check(planted) if not ok] == [None]
+ROOT = Path(__file__).resolve().parents[2]
+PRIVACY = "docs/results/privacy.md"
+
+
+def planted(tmp_path: Path, document: str, old: str, new: str) -> Path:
+    """A copy of the checked documents with `old` replaced by `new` in `document`."""
+    for name in ("README.md", PRIVACY):
+        text = (ROOT / name).read_text(encoding="utf-8")
+        if name == document:
+            assert old in text, old
+            text = text.replace(old, new)
+        (tmp_path / name).parent.mkdir(parents=True, exist_ok=True)
+        (tmp_path / name).write_text(text, encoding="utf-8")
+    return tmp_path
+
+
+def failing(root: Path) -> list[tuple[str, list[str] | None]]:
+    return [(item.template, printed) for item, printed, _, ok in check(root) if not ok]
+
+
+@pytest.mark.parametrize(("document", "old", "new", "template", "printed"), [
+    ("README.md", "gains +17.1 pp [+13.7, +20.5]", "gains +17.3 pp [+13.7, +20.5]",
+     "(the group oracle) gains {} pp [{}, {}] over FedAvg", ["+17.3", "+13.7", "+20.5"]),
+    ("README.md", "FedAvg falls 7.5 pp below", "FedAvg falls well below",
+     "FedAvg falls {} pp below local training", None),
+    ("README.md", "range 36.5-68.8 %", "range 46.5-68.8 %", None, None),
+    (PRIVACY, "40.7 % after round 10", "39.3 % after round 10", None, None),
+], ids=["interval", "phrase-gone", "newcomer-spread", "privacy-figure"])
+def test_a_number_off_by_more_than_its_rounding_fails(tmp_path: Path, document, old, new, template,
+                                                       printed) -> None:
+    bad = failing(planted(tmp_path, document, old, new))
+    if template is not None:
+        assert bad == [(template, printed)]
+    else:
+        assert len(bad) == 1 and bad[0][1] is not None, bad
 
 
 def test_tolerance_is_half_a_printed_digit_plus_the_tables_rounding() -> None:

@@ -7,6 +7,7 @@ import csv
 import math
 from pathlib import Path
 
+from experiments import privacy_client
 from experiments.privacy_client import main, run_config, summary, tables, write_csv
 
 
@@ -23,7 +24,8 @@ def planted_round(k: int, epsilon: float | None, accuracy: float) -> dict:
     return row if epsilon is None else {**row, "epsilon": epsilon}
 
 
-def test_the_tables_hold_the_last_rounds_accuracy_the_uplink_and_epsilon_per_round(tmp_path: Path):
+def test_the_tables_hold_the_last_rounds_accuracy_the_uplink_and_epsilon_per_round(tmp_path: Path,
+                                                                                   monkeypatch):
     results = {(3.0, 0): (1.9, [planted_round(0, None, 0.1), planted_round(1, 1.5, 0.2),
                                 planted_round(2, 3.0, 0.3)]),
                (math.inf, 0): (0.0, [planted_round(1, None, 0.4), planted_round(2, None, 0.6)])}
@@ -35,7 +37,15 @@ def test_the_tables_hold_the_last_rounds_accuracy_the_uplink_and_epsilon_per_rou
         (0, math.inf), (1, 1.5), (2, 3.0), (1, math.inf), (2, math.inf)]
     write_csv(tmp_path / "rounds.csv", per_round)
     assert main(["--redraw", "--out", str(tmp_path)]) == 0
-    assert (tmp_path / "epsilon.png").stat().st_size > 0
+    assert (tmp_path / "epsilon.png").read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
+    drawn = []
+    monkeypatch.setattr(privacy_client, "save_figure", lambda fig, path: drawn.append(fig) or path)
+    assert main(["--redraw", "--out", str(tmp_path)]) == 0
+    left, right = drawn[0].axes  # what the figure plots is what rounds.csv holds
+    assert [(line.get_label(), list(line.get_ydata())) for line in left.lines] == [
+        ("target ε = 3", [math.inf, 1.5, 3.0])]
+    assert [(line.get_label(), list(line.get_ydata())) for line in right.lines] == [
+        ("target ε = 3", [0.1, 0.2, 0.3]), ("ε = ∞ (no DP)", [0.4, 0.6])]
     with open(tmp_path / "rounds.csv", encoding="utf-8") as fh:
         assert len(list(csv.DictReader(fh))) == 5
 

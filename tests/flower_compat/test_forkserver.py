@@ -10,7 +10,6 @@ from __future__ import annotations
 import contextlib
 import json
 import os
-import shlex
 import shutil
 import signal
 import socket
@@ -23,6 +22,7 @@ from pathlib import Path
 import pytest
 
 from flower_compat import forkserver
+from tests.helpers.fork_group import ended, in_a_group
 
 pytestmark = pytest.mark.skipif(not sys.platform.startswith("linux"), reason="Linux only")
 
@@ -89,6 +89,15 @@ def served(launcher, env, args, timeout: float = 30) -> subprocess.CompletedProc
         time.sleep(0.2)
 
 
+def sleeping(launcher, env, args) -> tuple[subprocess.Popen, dict]:
+    """Once the server forks, a launcher whose child sleeps (60 s), and what the child printed."""
+    served(launcher, env, args)
+    proc = subprocess.Popen([str(launcher), *args, "--sleep"], env=env, stdout=subprocess.PIPE, text=True)
+    child = json.loads(proc.stdout.readline())
+    assert child["launch"] == "forked"
+    return proc, child
+
+
 def servers(real: Path) -> list[int]:
     """Fork servers of `real` now running (forked children have the same command line: they are
     told apart by their parent being a server too)."""
@@ -129,45 +138,73 @@ def test_a_forked_child_runs_with_the_launchers_arguments_environment_folder_and
 
 
 def test_a_signal_to_the_launcher_ends_the_forked_child_and_the_launcher_with_it(site):
-    launcher, env, args, _ = site
-    served(launcher, env, args)
-    proc = subprocess.Popen([str(launcher), *args, "--sleep"], env=env, stdout=subprocess.PIPE, text=True)
-    child = json.loads(proc.stdout.readline())
-    assert child["launch"] == "forked"
+    proc, child = sleeping(*site[:3])
     proc.send_signal(signal.SIGTERM)
     assert proc.wait(timeout=30) == -signal.SIGTERM
-    deadline = time.monotonic() + 10
-    while os.path.exists(f"/proc/{child['pid']}") and time.monotonic() < deadline:
-        time.sleep(0.1)
-    assert not os.path.exists(f"/proc/{child['pid']}")
+    assert ended(child["pid"], timeout=10)
 
 
 def test_a_signal_to_the_supernodes_process_group_reaches_the_child_once(site, tmp_path):
-    """As under a SuperNode: the server and the launchers are in one process group, the child is
-    not, and gets only the launcher's copy of a signal to that group."""
+    """The server and the launchers are in the SuperNode's process group, the child is not, and
+    gets only the launcher's copy of a signal to that group."""
     launcher, env, args, _ = site
     log = tmp_path / "terms"
-    command = " ".join(map(shlex.quote, [str(launcher), *args]))
-    group = subprocess.Popen(  # start the server in the group, wait until it forks, then the launcher
-        ["sh", "-c", f'until {command} | grep -q forked; do sleep 0.2; done; exec {command} "$0"',
-         f"--term-log={log}"], env=env, stdout=subprocess.PIPE, text=True, start_new_session=True)
-    child = json.loads(group.stdout.readline())
+    group, child = in_a_group(launcher, env, args, f"--term-log={log}")
     assert child["launch"] == "forked"
     os.killpg(group.pid, signal.SIGTERM)
     assert group.wait(timeout=30) == 0  # the launcher: the child handled it and ended normally
     assert log.read_text() == "TERM\n"
 
 
-def test_the_server_ends_with_its_superexec(site):
+def test_a_killed_launchers_child_is_ended(site):
+    """The server ends the child's process group when its launcher's connection closes first."""
+    proc, child = sleeping(*site[:3])
+    proc.kill()
+    proc.wait()
+    assert ended(child["pid"], timeout=5)
+    assert forkserver.alive(child["ppid"])  # the server goes on
+
+
+def test_a_killed_supernode_group_ends_the_children(site):
+    """SIGKILL to the SuperNode's group (``deploy.launch`` after its grace time) ends the server and
+    the launchers at once, so no one is left to end the children: the kernel does
+    (``PR_SET_PDEATHSIG``)."""
+    launcher, env, args, _ = site
+    group, child = in_a_group(launcher, env, args, "--sleep")
+    assert child["launch"] == "forked"
+    os.killpg(group.pid, signal.SIGKILL)
+    assert group.wait(timeout=30) == -signal.SIGKILL
+    assert ended(child["ppid"], timeout=5)  # the server
+    assert ended(child["pid"], timeout=5)
+
+
+def test_the_server_and_its_children_end_with_their_superexec(site):
+    """Even with the SuperExec left a zombie (Flower's SuperNode does not reap it)."""
     launcher, env, args, superexec = site
-    server = json.loads(served(launcher, env, args).stdout)["ppid"]
-    superexec.kill()
-    superexec.wait()
-    deadline = time.monotonic() + 30
-    while os.path.exists(f"/proc/{server}") and time.monotonic() < deadline:
-        time.sleep(0.2)
-    assert not os.path.exists(f"/proc/{server}")
+    proc, child = sleeping(launcher, env, args)
+    superexec.kill()  # not reaped (the fixture does): a zombie
+    assert ended(child["pid"], timeout=5) and ended(child["ppid"], timeout=5)  # and the server
+    assert proc.wait(timeout=10) == -signal.SIGKILL  # the launcher mirrors its child
     assert run(launcher, env, args).stdout.startswith("started")  # and the launcher execs again
+
+
+def test_a_stalled_peer_holds_up_no_other_launcher(site):
+    """The server serves every connection at once: peers that send nothing, or half a request,
+    wait out the server's 30 s alone."""
+    launcher, env, args, _ = site
+    server = json.loads(served(launcher, env, args).stdout)["ppid"]
+    address = Path(f"/proc/{server}/cmdline").read_text().split("\0")[3].replace("@", "\0", 1)
+    silent, halfway = (socket.socket(socket.AF_UNIX, socket.SOCK_STREAM) for _ in range(2))
+    with silent, halfway:
+        for peer in (silent, halfway):
+            peer.connect(address)
+        socket.send_fds(halfway, [b"F"], [0, 1, 2])
+        halfway.sendall(struct.pack("!I", 100) + b"{")
+        start = time.monotonic()
+        done = run(launcher, env, args)
+        took = time.monotonic() - start
+        assert json.loads(done.stdout)["launch"] == "forked"
+        assert took < 5, f"a launch took {took:.1f} s beside stalled peers"  # 30 s if served in turn
 
 
 def test_launchers_started_together_all_run_and_start_one_server(site, tmp_path):
@@ -224,7 +261,8 @@ def test_the_peers_check_each_others_user(tmp_path, monkeypatch):
         request = json.dumps({"argv": ["x"], "env": {}, "cwd": "/", "started": 0.0}).encode()
         peer.sendall(struct.pack("!I", len(request)) + request + forkserver.GO)
         monkeypatch.setattr(forkserver.os, "fork", lambda: pytest.fail("forked for another user"))
-        forkserver._accept(listener, lambda: None, {})
+        server = forkserver._Server(listener, lambda: None)
+        assert server.poll() == [] and not server.peers
         with peer, contextlib.suppress(ConnectionResetError):  # closed with the request unread
             assert peer.recv(8) == b""  # nothing sent
 

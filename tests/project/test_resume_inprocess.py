@@ -37,11 +37,24 @@ class Killed(Exception):
 
 class Simulator(InProcessSimulator):
     """The in-process simulator; ``kill_rounds`` lists rounds whose ``state.json`` write fails,
-    once each."""
+    ``kill_after`` rounds after whose complete checkpoint the run dies, once each;
+    ``reverse_nodes`` gives the nodes their ids in reverse partition order (Ray draws node ids at
+    random, so a resumed run's nodes need not have the ids they had)."""
 
     def __init__(self) -> None:
         super().__init__()
         self.kill_rounds: set[int] = set()
+        self.kill_after: set[int] = set()
+        self.reverse_nodes = False
+
+    def __call__(self, config, num_clients: int, *args, **kwargs) -> None:
+        from client_app.app import app as client_app
+        from server_app.app import app as server_app
+
+        nodes = [{"partition-id": i, "num-partitions": num_clients} for i in range(num_clients)]
+        grid = InProcessGrid(client_app, nodes[::-1] if self.reverse_nodes else nodes, config.to_dict())
+        self.grids.append(grid)
+        grid.serve(server_app)
 
 
 @pytest.fixture
@@ -63,15 +76,18 @@ def simulator(monkeypatch) -> Simulator:
             real_checkpoint(recorder, server_round, global_state, personal)
         finally:
             monkeypatch.setattr(results, "_atomic_write", real_write)
+        if server_round in sim.kill_after:
+            sim.kill_after.discard(server_round)
+            raise Killed(f"killed after round {server_round}'s checkpoint")
 
     monkeypatch.setattr(results.Recorder, "checkpoint", checkpoint)
     return sim
 
 
-def run_config(**extra: object) -> list[str]:
+def run_config(clients: int = CLIENTS, **extra: object) -> list[str]:
     settings = {**SETTINGS, **extra}
     text = " ".join(f"{k}='{v}'" if isinstance(v, str) else f"{k}={v}" for k, v in settings.items())
-    return ["--num-clients", str(CLIENTS), "--run-config", text]
+    return ["--num-clients", str(clients), "--run-config", text]
 
 
 def sent_arrays(grid: InProcessGrid, server_round: int, kind: str) -> list[dict[str, np.ndarray]]:
@@ -122,6 +138,38 @@ def test_run_simulation_resumes_a_killed_run_from_the_last_complete_round(tmp_pa
     assert rounds == [0, 1, 2]
     assert f"Results: {run_dir}" in out and "budget" in out  # the client table
     assert experiments.sweep.incomplete(run_dir, 2) is None
+
+
+def by_client(run_dir: Path) -> dict[tuple[int, int], dict]:
+    rows = [json.loads(ln) for ln in (run_dir / "clients.jsonl").read_text().splitlines()]
+    return {(r["round"], r["partition-id"]): r for r in rows}
+
+
+def test_a_run_killed_after_round_2_and_resumed_equals_the_uninterrupted_run(tmp_path, simulator):
+    """4 clients, half of them trained each round, each keeping its own model (``aggregation =
+    "local"``), 3 rounds; the resumed run's nodes have other node ids. Every round's sample,
+    masks, budgets and accuracies equal the uninterrupted run's; test losses and eigenvalues to
+    1e-6 relative (LNTK scoring is not bit-reproducible on this CPU)."""
+    job = {"results-dir": str(tmp_path), "num-server-rounds": 3, "fraction-train": 0.5,
+           "aggregation": "local", "seed": 1}
+    assert run_simulation.main(run_config(4, **job, **{"run-name": "whole"})) == 0
+    simulator.kill_after = {2}
+    assert run_simulation.main(run_config(4, **job, **{"run-name": "killed"})) == 1
+    killed = tmp_path / "killed"
+    assert json.loads((killed / "checkpoint" / "state.json").read_text())["round"] == 2
+    simulator.reverse_nodes = True
+    assert run_simulation.main(run_config(4, **{**job, "resume-from": str(killed)})) == 0
+    whole, resumed = by_client(tmp_path / "whole"), by_client(killed)
+    assert whole.keys() == resumed.keys() and {r for r, _ in whole} == {0, 1, 2, 3}
+    trained = {r: sorted(p for (rr, p), row in whole.items() if rr == r and row["mask"]) for r in (1, 2, 3)}
+    assert all(len(pids) == 2 for pids in trained.values()) and trained[2] != trained[3], trained
+    for key, row in whole.items():
+        other = resumed[key]
+        assert (row["mask"], row["budget"], row["evaluate"]["accuracy"]) == (
+            other["mask"], other["budget"], other["evaluate"]["accuracy"]), key
+        assert other["evaluate"]["loss"] == pytest.approx(row["evaluate"]["loss"], rel=1e-6), key
+        if row["eigenvalues"] is not None:
+            np.testing.assert_allclose(other["eigenvalues"], row["eigenvalues"], rtol=1e-6, err_msg=str(key))
 
 
 def test_sweep_resumes_its_incomplete_run_skips_the_finished_one_and_restarts_a_leftover(

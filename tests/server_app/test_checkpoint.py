@@ -17,7 +17,7 @@ from experiments.sweep import incomplete
 from server_app import results
 from server_app.results import Recorder, load_checkpoint
 
-NODES = (101, 102)
+CLIENTS = ("site-a", "partition-1")  # client ids
 
 
 class Killed(Exception):
@@ -27,7 +27,7 @@ class Killed(Exception):
 def states(server_round: int) -> tuple[dict, dict]:
     """Round-specific global and per-client adapters (every value says which round wrote it)."""
     global_state = {f"{layer}:lora_A": np.full((2, 3), server_round, np.float32) for layer in range(3)}
-    personal = {n: {"head": np.full(4, 100 * server_round + n, np.float32)} for n in NODES}
+    personal = {c: {"head": np.full(4, 100 * server_round + i, np.float32)} for i, c in enumerate(CLIENTS)}
     return global_state, personal
 
 
@@ -109,7 +109,7 @@ def test_a_kill_at_any_file_operation_leaves_one_complete_round(recorder, monkey
     assert killed_at == list(range(10)), killed_at
     recorder.checkpoint(2, *states(2))
     assert sorted(p.name for p in (recorder.run_dir / "checkpoint").iterdir()) == [
-        "global-2.safetensors", "personal-101-2.safetensors", "personal-102-2.safetensors",
+        "client-partition-1-2.safetensors", "client-site-a-2.safetensors", "global-2.safetensors",
         "state.json"]
 
 
@@ -133,20 +133,36 @@ def test_a_kill_before_the_rename_of_state_json_keeps_the_old_one(recorder, monk
     assert_round(recorder.run_dir, 2)
 
 
-def test_checkpoint_of_the_older_layout_still_loads(tmp_path):
+def old_layout(tmp_path: Path, personal: dict) -> Path:
     """``global.safetensors`` + ``personal-<node>.safetensors`` + ``"personal": [nodes]``."""
     run_dir = tmp_path / "old"
     directory = run_dir / "checkpoint"
     directory.mkdir(parents=True)
-    global_state, personal = states(3)
-    save_file(global_state, str(directory / "global.safetensors"))
+    save_file(states(3)[0], str(directory / "global.safetensors"))
     for node, state in personal.items():
         save_file(state, str(directory / f"personal-{node}.safetensors"))
-    (directory / "state.json").write_text(json.dumps({"round": 3, "personal": list(NODES)}))
-    assert_round(run_dir, 3)
+    (directory / "state.json").write_text(json.dumps({"round": 3, "personal": list(personal)}))
+    return run_dir
+
+
+def test_checkpoint_of_the_older_layout_without_per_client_models_still_loads(tmp_path):
+    run_dir = old_layout(tmp_path, {})
+    done, global_state, personal = load_checkpoint(run_dir)
+    assert done == 3 and not personal
+    for key, value in states(3)[0].items():
+        np.testing.assert_array_equal(global_state[key], value, err_msg=key)
     Recorder(run_dir, num_rounds=5, layer_names=["a", "b", "c"]).checkpoint(4, *states(4))
     assert_round(run_dir, 4)
-    assert not (directory / "global.safetensors").exists()
+    assert not (run_dir / "checkpoint" / "global.safetensors").exists()
+
+
+def test_per_client_models_kept_by_node_id_are_refused_in_one_line(tmp_path):
+    """Node ids differ from run to run (Ray draws them): loading such models would hand them to
+    the wrong clients."""
+    run_dir = old_layout(tmp_path, states(3)[1])
+    with pytest.raises(ValueError, match="by Flower node id") as err:
+        load_checkpoint(run_dir)
+    assert "\n" not in str(err.value) and "state.json" in str(err.value)
 
 
 def test_log_line_cut_short_by_a_kill_is_dropped_on_resume(recorder):

@@ -21,6 +21,7 @@ from flower_compat.inprocess import InProcessGrid
 from strategies import LayerSelectionStrategy, RoundLog, make_rule
 from strategies.layer_selection import weighted_means
 from strategies.records import PACKED, RUNTIME, State, from_record, layer_index, runtime_record, to_record
+from tests.helpers.identity import answers_queries
 
 L = 6
 EXAMPLES = {0: 10, 1: 30, 2: 60}
@@ -50,7 +51,7 @@ def initial_state() -> State:
 
 def honest_app() -> ClientApp:
     """Clients that report seeded scores and add (partition id + 1) to every assigned array."""
-    app = ClientApp()
+    app = answers_queries(ClientApp())
 
     @app.train()
     def train(msg: Message, ctx: Context) -> Message:
@@ -58,17 +59,17 @@ def honest_app() -> ClientApp:
         mask = set(msg.content["config"]["mask"])
         state = {k: v + (pid + 1) for k, v in from_record(msg.content["arrays"]).items()
                  if layer_index(k) in mask}
-        metrics = MetricRecord({"num-examples": EXAMPLES[pid], "train_loss": 1.0 + pid})
+        metrics = MetricRecord({"num-examples": EXAMPLES[pid % 3], "train_loss": 1.0 + pid})
         return Message(RecordDict({"arrays": to_record(state), "metrics": metrics}), reply_to=msg)
 
     @app.evaluate()
     def evaluate(msg: Message, ctx: Context) -> Message:
         pid = int(ctx.node_config["partition-id"])
-        scores = {"eigenvalues": np.random.default_rng(pid).random(L).tolist(), "budget": BUDGETS[pid],
-                  "num-examples": EXAMPLES[pid], "partition-id": pid, "seconds": 0.1}
+        scores = {"eigenvalues": np.random.default_rng(pid).random(L).tolist(), "budget": BUDGETS[pid % 3],
+                  "num-examples": EXAMPLES[pid % 3], "partition-id": pid, "seconds": 0.1}
         reply = RecordDict({"scores": MetricRecord(scores), RUNTIME: runtime_record()})
         if msg.content["config"]["evaluate"]:
-            reply["metrics"] = MetricRecord({"accuracy": 0.1 * (pid + 1), "num-examples": EXAMPLES[pid],
+            reply["metrics"] = MetricRecord({"accuracy": 0.1 * (pid + 1), "num-examples": EXAMPLES[pid % 3],
                                              "partition-id": pid})
         return Message(reply, reply_to=msg)
 

@@ -23,6 +23,7 @@ from strategies.aggregation.dp import clip_update, update_norm, with_client_dp
 from strategies.privacy import ClientAccountant
 from strategies.records import from_record
 from tests.client_app.test_config_node import RUN
+from tests.helpers.gaussian_dp import exact_gaussian_epsilon
 
 
 def test_a_clipped_update_has_norm_at_most_the_clip_and_keeps_its_direction():
@@ -76,15 +77,8 @@ def test_the_server_clips_an_update_its_client_did_not():
 
 
 def oracle_epsilons(noise: float, rounds: int, delta: float) -> list[float]:
-    """ε after each round from dp-accounting's RDP accountant, composed one round at a time."""
-    import dp_accounting
-    from dp_accounting import rdp
-
-    accountant, out = rdp.RdpAccountant(), []
-    for _ in range(rounds):
-        accountant.compose(dp_accounting.GaussianDpEvent(noise))
-        out.append(accountant.get_epsilon(delta))
-    return out
+    """ε after each round: the exact Gaussian mechanism's (an independent oracle for PLD)."""
+    return [exact_gaussian_epsilon(noise, k, delta) for k in range(1, rounds + 1)]
 
 
 def run_federation(tmp_path, spy: list | None = None, **settings: object) -> list[dict]:
@@ -117,7 +111,8 @@ def test_a_run_records_the_accountants_epsilon_per_round_and_stops_before_its_ca
                                                   "dp-delta": delta, "dp-clip": clip, "dp-max-epsilon": cap})
     assert "epsilon" not in rounds[0]  # round 0, the initial evaluation, trains nothing and spends no ε
     rounds = rounds[1:]
-    assert [r["epsilon"] for r in rounds] == pytest.approx(expected[:2], rel=1e-9)
+    assert [r["epsilon"] for r in rounds] == pytest.approx(expected[:2], rel=0.01)
+    assert all(r["epsilon-rdp"] > r["epsilon"] for r in rounds)  # RDP, recorded beside, is looser
     assert [r["aggregated"] for r in rounds] == [True, True]
     stops = [r.getMessage() for r in caplog.records if "Privacy budget spent" in r.getMessage()]
     assert len(stops) == 1 and "round 3" in stops[0]

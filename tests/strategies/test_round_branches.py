@@ -17,12 +17,14 @@ from strategies.records import from_record, layer_index, to_record
 from tests.strategies.test_strategy import BUDGETS, EXAMPLES, L, initial_state, scripted_app
 
 
-def run(tmp_path, overrides: dict | None = None, rounds: int = 2, nodes: int = 3, **kwargs):
-    """``rounds`` rounds of ``lntk`` on ``nodes`` scripted clients (partition ids cycle over 0..2);
-    returns the strategy, the grid, the recorded lines of the trained rounds and the global state
-    after each (round 0, the initial evaluation, is left out of both)."""
+def run(tmp_path, overrides: dict | None = None, rounds: int = 2, nodes: int = 3,
+        pids: list[int] | None = None, **kwargs):
+    """``rounds`` rounds of ``lntk`` on ``nodes`` scripted clients (partition ids ``pids``, by
+    default 0..nodes-1, in node-id order); returns the strategy, the grid, the recorded lines of
+    the trained rounds and the global state after each (round 0, the initial evaluation, is left
+    out of both)."""
     app, _ = scripted_app(overrides)
-    grid = InProcessGrid(app, [{"partition-id": p % 3} for p in range(nodes)], run_config={})
+    grid = InProcessGrid(app, [{"partition-id": p} for p in (pids or range(nodes))], run_config={})
     recorder = Recorder(tmp_path / "run", rounds, [f"layer{i}" for i in range(L)])
     after: list[dict[str, np.ndarray]] = []
 
@@ -133,3 +135,38 @@ def test_fraction_train_below_one_scores_and_trains_only_that_share(tmp_path):
         masked = sorted(r["node"] for r in rows if r["round"] == server_round and r["mask"])
         assert masked == trained
     assert chosen[0] != chosen[1]  # a new share each round (seeded by round)
+
+
+def trained_partitions(grid: InProcessGrid, rounds: int) -> list[list[int]]:
+    pids = {n: int(ctx.node_config["partition-id"]) for n, ctx in grid.contexts.items()}
+    return [sorted(pids[n] for n in sent(grid, MessageType.TRAIN, r)) for r in range(1, rounds + 1)]
+
+
+def test_the_seed_samples_the_same_clients_whatever_node_ids_they_have(tmp_path):
+    """Ray gives nodes random ids: the same seed must train the same partitions with the same
+    masks when the node ids come in another order (here: reversed)."""
+    kwargs = {"nodes": 6, "rounds": 3, "fraction_train": 0.5}
+    _, grid, lines, _ = run(tmp_path / "a", **kwargs)
+    _, reversed_grid, reversed_lines, _ = run(tmp_path / "b", pids=[5, 4, 3, 2, 1, 0], **kwargs)
+    chosen = trained_partitions(grid, 3)
+    assert trained_partitions(reversed_grid, 3) == chosen
+    assert len({tuple(c) for c in chosen}) == 3  # a new share each round
+    rows = [[{k: v for k, v in json.loads(ln).items() if k not in ("node", "bytes-down", "bytes-up")}
+             for ln in (tmp_path / name / "run" / "clients.jsonl").read_text().splitlines()]
+            for name in ("a", "b")]
+    assert rows[0] == rows[1]  # masks, budgets, scores and metrics by partition id
+    assert [r["evaluate"] for r in lines] == [r["evaluate"] for r in reversed_lines]
+
+
+def test_a_node_claiming_another_nodes_partition_id_is_left_out_with_a_reason(tmp_path):
+    """Partition ids 0, 1, 1: the second node with id 1 is rejected once, at "identify"; the other
+    two train every round."""
+    strategy, grid, lines, _ = run(tmp_path, pids=[0, 1, 1])
+    impostor = max(grid.contexts)
+    assert impostor not in strategy.clients
+    assert trained_partitions(grid, 2) == [[0, 1], [0, 1]]
+    assert not [m for m in grid.sent if m.metadata.dst_node_id == impostor
+                and m.metadata.message_type != MessageType.QUERY]
+    initial = [json.loads(ln) for ln in (tmp_path / "run" / "rounds.jsonl").read_text().splitlines()][0]
+    reasons = [r["reason"] for line in (initial, *lines) for r in line["rejected"] if r["node"] == impostor]
+    assert reasons and all("client id 'partition-1' is already node" in reason for reason in reasons)

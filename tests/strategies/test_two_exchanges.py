@@ -9,6 +9,12 @@ the old order; driving its parts separately is what the old loop did, so equal r
 doing both parts in one message (one model load, evaluation then scoring) changes no result.
 Both runs are the real ServerApp pieces (`server_app.app.build_strategy`, `Recorder`) on tiny-vilt
 with synthetic data, in this process (no Ray).
+
+So that the comparison can fail on the mistakes it exists for, half the clients train each round
+and the samples differ round to round (a round's train sample drawn for the wrong round changes
+who trains), and the reference's scores do not go through the production handler's round
+arithmetic: the old order's scoring message computed round r's scores on a batch seeded by r,
+and `old_scores` recomputes them so (a scoring seed off by one changes the eigenvalues).
 """
 
 from __future__ import annotations
@@ -18,10 +24,13 @@ from pathlib import Path
 
 import numpy as np
 import pytest
-from flwr.app import ConfigRecord, Context, MessageType, RecordDict
+from flwr.app import ConfigRecord, Context, Message, MessageType, RecordDict
 from safetensors.numpy import load_file
 
+import tasks
+from client_app.app import _scoring_batch
 from client_app.app import app as client_app
+from client_app.runtime import client_setup
 from flower_compat.inprocess import InProcessGrid
 from server_app.app import app as server_app
 from server_app.app import build_strategy, plan_run
@@ -30,16 +39,44 @@ from settings import RunConfig
 from strategies import LayerSelectionStrategy, RoundLog, make_rule
 from strategies.records import to_record
 from tests.client_app.test_config_node import RUN
+from tests.helpers.compare import assert_close
 from tests.strategies.test_strategy import initial_state, scripted_app
 
 ROUNDS = 3
-CLIENTS = 2
-JOB = {**RUN, "num-server-rounds": ROUNDS}  # the default job (f3ocus, masked FedAvg), tiny model
+CLIENTS = 4
+# the default job (f3ocus, masked FedAvg), tiny model; half the clients train each round
+JOB = {**RUN, "num-server-rounds": ROUNDS, "fraction-train": 0.5, "seed": 1}
+TRAINERS = 2
 
 
-def grid_for(run: dict) -> InProcessGrid:
-    return InProcessGrid(client_app, [{"partition-id": i, "num-partitions": CLIENTS} for i in range(CLIENTS)],
+def grid_for(run: dict, app=client_app) -> InProcessGrid:
+    return InProcessGrid(app, [{"partition-id": i, "num-partitions": CLIENTS} for i in range(CLIENTS)],
                          run_config=run)
+
+
+class OldScores:
+    """The ClientApp of the three-exchange order's reference: its scoring message (sent as round
+    ``scored_round`` starts) scored the model on a batch of the client's training data seeded by
+    that round. The production reply is kept but for its eigenvalues, recomputed here on the
+    model that reply loaded."""
+
+    def __init__(self) -> None:
+        self.scored_round = 0
+
+    def __call__(self, msg: Message, ctx: Context) -> Message:
+        reply = client_app(msg, ctx)
+        config = msg.content["config"]
+        scoring = msg.metadata.message_type == MessageType.EVALUATE and config["score"] != "none"
+        if not scoring or reply.has_error():
+            return reply
+        assert not config["evaluate"]  # the old order's scoring message only scored
+        setup = client_setup(ctx)
+        seed = setup.config.seed * 1_000_003 + self.scored_round * 1_009 + setup.partition_id
+        batch = _scoring_batch(setup.partition.train, int(config["score-batch-size"]), seed)
+        eigenvalues = tasks.score_layers(setup.model, batch, scorer=str(config["score"]),
+                                         mode=str(config["score-mode"]))
+        reply.content["scores"]["eigenvalues"] = [float(v) for v in eigenvalues]
+        return reply
 
 
 def lines(path: Path) -> list[dict]:
@@ -47,10 +84,12 @@ def lines(path: Path) -> list[dict]:
 
 
 def three_exchange_order(strategy: LayerSelectionStrategy, grid: InProcessGrid, recorder: Recorder,
-                         initial: dict[str, np.ndarray]) -> None:
-    """Rounds 1..N as the paper's loop ran them: scores, train, evaluate, three exchanges each."""
+                         initial: dict[str, np.ndarray], scores: OldScores) -> list[list[int]]:
+    """Rounds 1..N as the paper's loop ran them: scores, train, evaluate, three exchanges each;
+    each round's train sample, by partition id."""
     strategy.timeout, strategy.num_rounds = 600, ROUNDS
     strategy.global_state = dict(initial)
+    samples = []
 
     def train_rejected(node: int, reason: str) -> None:
         strategy.round_log.reject(node, "train", reason)
@@ -58,6 +97,8 @@ def three_exchange_order(strategy: LayerSelectionStrategy, grid: InProcessGrid, 
     for server_round in range(1, ROUNDS + 1):
         strategy.round_log = strategy.next_log = RoundLog(server_round, logged=strategy.logged)
         trainers = strategy._sample(grid, strategy.fraction_train, server_round, salt=1)
+        samples.append(sorted(strategy.clients[n] for n in trainers))  # "partition-<id>"
+        scores.scored_round = server_round
         scoring = strategy.round_messages(server_round - 1, (), trainers)
         strategy.aggregate_evaluate(server_round - 1,
                                     strategy._send(grid, scoring, "scoring", strategy.reject_parts))
@@ -68,13 +109,16 @@ def three_exchange_order(strategy: LayerSelectionStrategy, grid: InProcessGrid, 
         evaluation = strategy.round_messages(server_round, evaluators, ())
         strategy.aggregate_evaluate(server_round,
                                     strategy._send(grid, evaluation, "evaluating", strategy.reject_parts))
+        strategy.round_log.clients = dict(strategy.clients)
         recorder.end_round(strategy.round_log, strategy.global_state, strategy.personal)
     recorder.finish(strategy.global_state)
+    return samples
 
 
 @pytest.fixture(scope="module")
-def runs(tmp_path_factory) -> tuple[Path, Path, InProcessGrid]:
-    """The ServerApp's run (two exchanges a round) and the three-exchange order, same seed."""
+def runs(tmp_path_factory) -> tuple[Path, Path, InProcessGrid, list[list[int]]]:
+    """The ServerApp's run (two exchanges a round) and the three-exchange order, same seed; the
+    reference's train sample of each round."""
     tmp = tmp_path_factory.mktemp("two-exchanges")
     run = {**JOB, "results-dir": str(tmp), "run-name": "two"}
     grid = grid_for(run)
@@ -82,40 +126,38 @@ def runs(tmp_path_factory) -> tuple[Path, Path, InProcessGrid]:
     config = RunConfig.from_mapping({**JOB, "results-dir": str(tmp), "run-name": "three"})
     plan = plan_run(config)
     recorder = Recorder(plan.run_dir, ROUNDS, plan.layer_names)
-    three_exchange_order(build_strategy(config, len(plan.layer_names), recorder), grid_for(config.to_dict()),
-                         recorder, plan.initial)
-    return tmp / "two", tmp / "three", grid
+    scores = OldScores()
+    samples = three_exchange_order(build_strategy(config, len(plan.layer_names), recorder),
+                                   grid_for(config.to_dict(), scores), recorder, plan.initial, scores)
+    return tmp / "two", tmp / "three", grid, samples
+
+
+def test_the_train_samples_differ_round_to_round(runs):
+    """Else a sample drawn for the wrong round would go unseen by the comparison below."""
+    *_, samples = runs
+    assert all(len(s) == TRAINERS for s in samples)
+    assert all(a != b for a, b in zip(samples, samples[1:], strict=False)), samples
 
 
 def test_a_run_is_two_exchanges_a_round_plus_the_initial_evaluation(runs):
-    two, _, grid = runs
+    """Round 0 also asks every node once who it is (the identity sampling is keyed by)."""
+    two, _, grid, _ = runs
     rounds = lines(two / "rounds.jsonl")
     assert [r["round"] for r in rounds] == [0, 1, 2, 3]
-    assert [r["exchanges"] for r in rounds] == [1, 2, 2, 2]  # 2 N + 1 in all
-    assert [r["messages"] for r in rounds] == [CLIENTS] + [2 * CLIENTS] * ROUNDS
+    assert [r["exchanges"] for r in rounds] == [2, 2, 2, 2]  # 2 N + 1, and the identities
+    assert [r["messages"] for r in rounds] == [2 * CLIENTS] + [TRAINERS + CLIENTS] * ROUNDS
     kinds = [(m.metadata.message_type, m.content["config"]["server-round"]) for m in grid.sent]
-    assert len(kinds) == (2 * ROUNDS + 1) * CLIENTS
-    assert {k for k, _ in kinds} == {MessageType.TRAIN, MessageType.EVALUATE}
+    assert len(kinds) == (ROUNDS + 2) * CLIENTS + ROUNDS * TRAINERS
+    assert {k for k, _ in kinds} == {MessageType.QUERY, MessageType.TRAIN, MessageType.EVALUATE}
     last = [m.content["config"] for m in grid.sent if m.content["config"]["server-round"] == ROUNDS
             and m.metadata.message_type == MessageType.EVALUATE]
     assert all(c["evaluate"] and c["score"] == "none" for c in last)  # the closing evaluation only
-    assert rounds[0]["evaluate"]["accuracy"] >= 0 and not rounds[0]["aggregated"]
-
-
-def assert_close(got, expected, path: str = "") -> None:
-    """Equal structure and non-float values; floats equal to 1e-6 relative."""
-    if isinstance(expected, float):
-        assert got == pytest.approx(expected, rel=1e-6, abs=1e-12), path
-    elif isinstance(expected, dict):
-        assert isinstance(got, dict) and got.keys() == expected.keys(), path
-        for key in expected:
-            assert_close(got[key], expected[key], f"{path}.{key}")
-    elif isinstance(expected, list):
-        assert isinstance(got, list) and len(got) == len(expected), path
-        for i, (a, b) in enumerate(zip(got, expected, strict=True)):
-            assert_close(a, b, f"{path}[{i}]")
-    else:
-        assert got == expected, path
+    initial = [row for row in lines(two / "clients.jsonl") if row["round"] == 0]
+    assert sorted(row["partition-id"] for row in initial) == list(range(CLIENTS))
+    examples = [row["evaluate"]["num-examples"] for row in initial]
+    weighted = sum(n * row["evaluate"]["accuracy"] for n, row in zip(examples, initial, strict=True))
+    assert rounds[0]["evaluate"]["accuracy"] == pytest.approx(weighted / sum(examples), rel=1e-12)
+    assert not rounds[0]["aggregated"]
 
 
 def test_records_equal_the_three_exchange_order_on_the_same_seed(runs):
@@ -127,7 +169,19 @@ def test_records_equal_the_three_exchange_order_on_the_same_seed(runs):
     itself exactly either. Differences, each expected: round 0 exists only here; bytes-down is
     lower (a round sends the model twice, not three times); seconds, phase seconds, exchanges and
     messages are the point of the change."""
-    two, three, _ = runs
+    two, three, *_ = runs
+    new_clients = [r for r in lines(two / "clients.jsonl") if r["round"] > 0]
+    old_clients = lines(three / "clients.jsonl")
+    assert len(new_clients) == len(old_clients) == ROUNDS * CLIENTS
+    for a, b in zip(new_clients, old_clients, strict=True):
+        for row in (a, b):  # node ids are the grids'; bytes-down per round is compared below
+            del row["node"], row["bytes-down"]
+        assert (a["round"], a["partition-id"], a["mask"], a["budget"]) == (b["round"], b["partition-id"],
+                                                                           b["mask"], b["budget"])
+        assert_close(a, b)
+        assert a["evaluate"]["accuracy"] == b["evaluate"]["accuracy"]
+    trained = [r for r in new_clients if r["mask"] is not None]
+    assert len(trained) == ROUNDS * TRAINERS and all(r["mask"] and r["eigenvalues"] for r in trained)
     skip = {"bytes-down", "seconds", "phase-seconds", "exchanges", "messages"}
     new = [r for r in lines(two / "rounds.jsonl") if r["round"] > 0]
     old = lines(three / "rounds.jsonl")
@@ -135,16 +189,8 @@ def test_records_equal_the_three_exchange_order_on_the_same_seed(runs):
     for a, b in zip(new, old, strict=True):
         assert_close(*({k: v for k, v in row.items() if k not in skip} for row in (a, b)))
         assert a["evaluate"]["accuracy"] == b["evaluate"]["accuracy"]
-        assert (a["exchanges"], b["exchanges"]) == (2, 3) and a["bytes-down"] < b["bytes-down"]
-    new_clients = [r for r in lines(two / "clients.jsonl") if r["round"] > 0]
-    old_clients = lines(three / "clients.jsonl")
-    assert len(new_clients) == len(old_clients) == ROUNDS * CLIENTS
-    for a, b in zip(new_clients, old_clients, strict=True):
-        assert a.pop("bytes-down") < b.pop("bytes-down")
-        assert_close(a, b)
-        assert (a["evaluate"]["accuracy"], a["mask"], a["budget"]) == (b["evaluate"]["accuracy"], b["mask"],
-                                                                        b["budget"])
-        assert a["mask"] and a["eigenvalues"]
+        assert (a["exchanges"], b["exchanges"]) == (2, 3 + (a["round"] == 1))  # round 1: + identities
+        assert a["bytes-down"] < b["bytes-down"]
     fronts = [[{k: v for k, v in f.items() if k != "seconds"} for f in lines(run / "fronts.jsonl")]
               for run in (two, three)]
     assert len(fronts[0]) == ROUNDS
@@ -160,7 +206,7 @@ def closing_messages(rule: str, fraction_train: float, fraction_evaluate: float,
     """A scripted 2-round run; the evaluate messages of each closing exchange, by server round,
     and the strategy (for its samples)."""
     app, _ = scripted_app()
-    grid = InProcessGrid(app, [{"partition-id": p % 3} for p in range(nodes)], run_config={})
+    grid = InProcessGrid(app, [{"partition-id": p} for p in range(nodes)], run_config={})
     strategy = LayerSelectionStrategy(make_rule(rule), 6, seed=3, fraction_train=fraction_train,
                                       fraction_evaluate=fraction_evaluate)
     strategy.start(grid, to_record(initial_state()), num_rounds=2)
