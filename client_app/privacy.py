@@ -25,7 +25,6 @@ from tasks.names import DP_HISTORY, DP_SAT_OUT
 from tasks.privacy import SamplePlan, epsilon_spent, plan, resolve_delta
 
 EPSILON = "dp-epsilon"  # reply metric: ε this client has spent after the round (cumulative)
-NOISE_NORM = "dp-noise-norm"  # the noise this round's DP-SGD added: logged on the site, never sent
 RELEASED = ("num-examples", "partition-id", EPSILON, "dp-epsilon-rdp", "dp-delta", "dp-noise-multiplier",
             "dp-sample-rate", DP_SAT_OUT, "dp-epsilon-next", "dp-budget")
 """What a DP client's train reply may carry besides its (clipped, noised) arrays: its example count

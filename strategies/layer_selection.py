@@ -306,7 +306,7 @@ class LayerSelectionStrategy(Strategy):
 
     def _arrays_for(self, node_ids: Iterable[int]) -> dict[int, ArrayRecord]:
         shared = to_record(self.global_state)
-        return {n: shared if self.clients.get(n) not in self.personal else to_record(self._state_for(n))
+        return {n: to_record(self.personal[c]) if (c := self.clients.get(n)) in self.personal else shared
                 for n in node_ids}
 
     # ------------------------------------------------------------------ scoring + selection
