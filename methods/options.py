@@ -78,8 +78,10 @@ class F3ocusSettings(MethodSettings):
 
     pop_size: int = setting(50, "optimizer-pop-size", low=2)
     generations: int = setting(20, "optimizer-generations", low=1)
-    pick: str = setting("weighted", "optimizer-pick", choices=("weighted", "knee"))
+    pick: str = setting("weighted", "optimizer-pick", choices=("weighted", "knee", "least-diversity"))
+    importance_weight: float = setting(0.5, "optimizer-importance-weight", low=0.0, high=1.0)
 
     def server_keywords(self, config: Any) -> dict[str, object]:
         """The optimiser's parameters (`metaheuristics.optimize` keywords)."""
-        return {"pop_size": self.pop_size, "n_gen": self.generations, "pick": self.pick}
+        return {"pop_size": self.pop_size, "n_gen": self.generations, "pick": self.pick,
+                "weight": self.importance_weight}
