@@ -46,11 +46,9 @@ def build_model(spec: ModelSpec, num_outputs: int, task: str = "vqa") -> Federat
         if model.generative and task != "vqa":
             raise ValueError(f"model {spec.name!r} generates answers: it takes VQA data sets, "
                              f"not task {task!r}")
-        check_model_settings(spec.name, model, spec.quantization, spec.shared_head)
+        check_model_settings(spec.name, model, spec.quantization, spec.shared_head,
+                             frozen_head=spec.frozen_head)
         if spec.frozen_head:
-            if not model.generative:
-                raise ValueError(f"head = 'frozen' is not supported by model {spec.name!r}: its answer head "
-                                 "is drawn at random and must train; use head = 'private' or 'shared'")
             model.personal_prefixes = ()  # the projector joins the frozen base: never trained, never sent
         model.lora_targets = spec.lora_targets
         model.shared_head = spec.shared_head
