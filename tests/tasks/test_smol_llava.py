@@ -247,3 +247,14 @@ def test_closed_set_accuracy_equals_generated_exact_match_on_a_model_trained_to_
     result = tasks.evaluate(model, samples, answers="both")
     assert result["accuracy"] == result["exact-match"] == 0.5
     assert all(result[f"accuracy-{q}"] == result[f"exact-match-{q}"] for q in {s.qtype for s in samples})
+
+
+def test_with_a_frozen_projector_strategy_none_changes_no_parameter(partition, sliced):
+    """So `none` is the untrained start at every round (docs/results: all − none pairs with round 0)."""
+    model = build(partition, frozen_head=True)
+    before = {n: p.detach().clone() for n, p in model.named_parameters()}
+    stats = tasks.train(model, partition.train, np.zeros(len(model.layer_names), dtype=bool), steps=2,
+                        batch_size=2, lr=1e-2, seed=0)
+    assert stats["steps"] == 2 and not any(p.requires_grad for p in model.parameters())
+    assert all(torch.equal(p, before[n]) for n, p in model.named_parameters())
+    assert tasks.get_personal_state(model) == {} and tasks.get_layer_state(model, []) == {}

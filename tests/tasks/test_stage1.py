@@ -1,4 +1,4 @@
-"""LLaVA's stage 1 for `smol-llava` (`tasks.models.stage1`) and the benchmark configs that start
+"""LLaVA's stage 1 for `smol-llava` (`tasks.stage1`) and the benchmark configs that start
 from it (conf/bench-gen-cover.toml, conf/bench-gen-short.toml).
 
 A tiny recipe (two decoder blocks, two steps) stands in for the real one, whose cache entry takes
@@ -13,8 +13,9 @@ import pytest
 import torch
 
 import tasks
+from tasks import stage1
 from tasks.data import load_partition
-from tasks.models import smol_llava, stage1
+from tasks.models import smol_llava
 from tests.helpers.runs import trained_rounds
 from tests.tasks.test_generative import one_line, simulate
 

@@ -14,14 +14,12 @@ The result, the projector's four float32 tensors and the recipe with its loss cu
 entry beside the decoder's (`tasks.models.smol_llava.cache_dir`), named by the recipe's hash, so a
 changed recipe never reads an older projector. It is written to a temporary folder and renamed
 into place. `aligned_projector` reads it (about 4 MB) or refuses in one line naming the command
-that makes it::
-
-    python -m tasks.models.stage1          # about 10 minutes on 2 CPU cores
+that makes it (`COMMAND`, about 10 minutes on 2 CPU cores); `build_aligned` is the registry's
+builder of ``smol-llava-aligned``.
 """
 
 from __future__ import annotations
 
-import argparse
 import hashlib
 import json
 import shutil
@@ -32,7 +30,7 @@ from pathlib import Path
 
 import numpy as np
 
-COMMAND = "python -m tasks.models.stage1"
+COMMAND = "python -m experiments.stage1"
 QUESTION = "Describe the image briefly."
 
 
@@ -154,13 +152,13 @@ def aligned_projector(recipe: Recipe | None = None) -> dict:
     return load_file(path)
 
 
-def main(argv: list[str] | None = None) -> None:
-    """Make (or find) the cache entry of the one recipe the model reads."""
-    argparse.ArgumentParser(description=__doc__.splitlines()[0]).parse_args(argv)
-    entry = align()
-    print(f"stage-1 projector: {entry}")
-    print((entry / "stage1.json").read_text())
+def build_aligned(spec, num_outputs: int, task: str):
+    """Registry builder of ``smol-llava-aligned`` (`tasks.models.registry`): ``smol-llava`` with the
+    stage-1 projector, the paper's starting point for fine-tuning; one line naming `COMMAND` where
+    the projector is not cached."""
+    from tasks.models.smol_llava import PROJECTOR, build
 
-
-if __name__ == "__main__":
-    main()
+    state = aligned_projector()
+    model = build(spec, num_outputs, task)
+    model.get_submodule(PROJECTOR).load_state_dict(state, strict=True)
+    return model
