@@ -143,7 +143,7 @@ def _evaluation(setup: ClientSetup, server_round: int) -> dict:
                              batch_size=max(64, setup.config.batch_size), device=setup.device)
     metrics["num-examples"] = int(metrics.pop("num_examples"))
     metrics["partition-id"] = setup.partition_id
-    from client_app.mosaic import others_metrics
+    from client_app.others import others_metrics
 
     metrics.update(others_metrics(setup, server_round))
     if setup.partition.task == "vqa":

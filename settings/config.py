@@ -45,7 +45,7 @@ CHOICES = {
     "group-conflict": ("none", "answers"),
 }
 """The run-wide keys' choices; ``strategy`` and ``aggregation`` are the registries' names (`methods`),
-and each method's own keys are checked by its settings dataclass (`methods.options`)."""
+and each method's own keys are checked by its settings dataclass (in its `methods` package)."""
 # (low, high) bounds; None = unbounded on that side
 BOUNDS = {
     "num-server-rounds": (1, None), "lora-rank": (1, None), "max-train-samples": (0, None),

@@ -51,7 +51,8 @@ from flwr.serverapp import Grid
 from flwr.serverapp.strategy import Result, Strategy
 
 from metaheuristics import Assignment
-from strategies.aggregation import Aggregator, ClientUpdate, masked_fedavg
+from methods.masked_fedavg.server import masked_fedavg
+from strategies.aggregation import Aggregator, ClientUpdate
 from strategies.privacy import ClientAccountant
 from strategies.records import State, from_record, layer_index, record_bytes, to_record
 from strategies.selection import SelectionRule

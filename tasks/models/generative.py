@@ -266,7 +266,7 @@ class GenerativeVLM(FederatedVLM):
 
     def features(self, emb: dict[str, torch.Tensor]) -> torch.Tensor:
         """(B, d): the last hidden state at the position that predicts the answer's first token
-        (FedMosaic's last-layer features, `tasks.mosaic.sima`)."""
+        (FedMosaic's last-layer features, `methods.sima.tracker`)."""
         hidden = self._run(emb, output_hidden_states=True).hidden_states[-1]
         return hidden[torch.arange(hidden.shape[0], device=hidden.device), emb["first"]]
 

@@ -23,10 +23,10 @@ from client_app.app import app as client_app
 from client_app.hooks import ClientHook
 from flower_compat.inprocess import InProcessGrid
 from methods.base import Aggregation, MethodSettings, Selection, setting
+from methods.masked_fedavg.server import masked_fedavg
 from server_app.app import app as server_app
 from settings import ConfigError, RunConfig, default_config
-from strategies.aggregation import Aggregate, masked_fedavg
-from strategies.selection.rule import SelectionRule
+from strategies.aggregation import Aggregate
 from tests.client_app.test_config_node import RUN
 from tests.helpers.runs import trained_rounds
 
@@ -148,15 +148,10 @@ class StrideSettings(MethodSettings):
         return {"offset": self.offset}
 
 
-def stride_rule(name: str, optimizer: str, params: dict) -> SelectionRule:
-    SEEN["rule"].append(dict(params))
-
-    def pick(scores: np.ndarray, budgets, seed: int) -> tuple[np.ndarray, None]:
-        masks = np.zeros(scores.shape, dtype=bool)
-        masks[:, params["offset"]::2] = True
-        return masks, None
-
-    return SelectionRule(name, None, "stride", pick=pick)
+def stride_pick(scores: np.ndarray, budgets, seed: int) -> np.ndarray:
+    masks = np.zeros(scores.shape, dtype=bool)
+    masks[:, 1::2] = True
+    return masks
 
 
 def run_two_rounds(tmp_path: Path, **settings: object) -> list[dict]:
@@ -169,7 +164,7 @@ def run_two_rounds(tmp_path: Path, **settings: object) -> list[dict]:
 
 
 def test_a_planted_aggregation_with_a_client_hook_runs_two_rounds(tmp_path, monkeypatch):
-    entry = Aggregation("echo", f"{__name__}:echo_step", EchoSettings, client=f"{__name__}:echo_client")
+    entry = Aggregation("echo", lambda: echo_step, EchoSettings, client=lambda: echo_client)
     monkeypatch.setitem(methods.AGGREGATIONS, "echo", entry)
     rounds = run_two_rounds(tmp_path, **{"aggregation": "echo", "echo-scale": 0.5, "strategy": "last"})
     assert [(r["aggregated"], r["failures"]) for r in rounds] == [(True, 0)] * 2
@@ -180,11 +175,10 @@ def test_a_planted_aggregation_with_a_client_hook_runs_two_rounds(tmp_path, monk
 
 
 def test_a_planted_selection_rule_runs_two_rounds(tmp_path, monkeypatch):
-    entry = Selection("stride", f"{__name__}:stride_rule", StrideSettings, needs_budget=False)
+    entry = Selection("stride", pick=stride_pick, settings=StrideSettings, needs_budget=False)
     monkeypatch.setitem(methods.SELECTIONS, "stride", entry)
     rounds = run_two_rounds(tmp_path, **{"strategy": "stride", "stride-offset": 1})
     assert [(r["aggregated"], r["failures"]) for r in rounds] == [(True, 0)] * 2
-    assert SEEN["rule"] == [{"offset": 1}]
     clients = trained_rounds(tmp_path / "run" / "clients.jsonl")
     # layers 1 and 3 of 4 for every client although its budget is 1: the entry needs no budget
     assert len(clients) == 4 and all(sorted(row["mask"]) == [1, 3] for row in clients)
