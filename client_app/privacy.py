@@ -1,4 +1,4 @@
-"""A client's side of ``dp = "sample"`` (issue 39): its DP-SGD plan, the ε it has spent, sitting out.
+"""A client's side of ``dp = "sample"``: its DP-SGD plan, the ε it has spent, sitting out.
 
 The plan (σ for ``dp-epsilon`` over ``dp-rounds`` (default every round) × ``local-steps`` at
 q = ``batch-size`` / n, `tasks.privacy.plan`) depends only on the run config and the client's n, so

@@ -56,7 +56,7 @@ def plan_run(config: RunConfig) -> RunPlan:
 
     Budgets are indexed by partition id and cycled (`settings.budgets`), so any number of
     clients is fine; on the Deployment Engine sites may declare ``layer-budget`` themselves.
-    The model is built without its base weights (``model_spec(client=False)``, issue 35): an
+    The model is built without its base weights (``model_spec(client=False)``): an
     ``hf:<dir>`` needs only its config.json here, and the server holds no more than the adapters.
     """
     check_model_here(config.model)

@@ -1,4 +1,4 @@
-"""Differential privacy settings (issue 39), read by both apps: which unit a run protects and its budget.
+"""Differential privacy settings, read by both apps: which unit a run protects and its budget.
 
 ``dp = "sample"``: DP-SGD on each client (one training example is the unit; Opacus), its noise set
 from ``dp-epsilon``/``dp-delta`` over the planned rounds × local steps. ``dp = "client"``: DP-FedAvg

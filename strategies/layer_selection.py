@@ -20,18 +20,12 @@
    or the rule's other score). Every reply carries the client's budget and example count. After
    the last round the message only evaluates.
 
-Until issue 38 a round was three exchanges (score, train, evaluate: paper Fig. 4's steps, a
-message each). Evaluating round r's model and scoring it for round r + 1 act on the same model
-(the same per-client model with personalised aggregation), so step 4 does both in one message; the
-masks and accuracies are those of the three-exchange order on the same seed, the LNTK
-eigenvalues to 1e-6 relative (scoring is not bit-reproducible even run twice on one model;
-tests/strategies/test_two_exchanges.py). Clients sampled for only one part (``fraction-evaluate``
-!= ``fraction-train``) get only that part; a rule without a score (``all``, ``random``, ``last``,
-``none``) sends no scoring request: a client in round r + 1's training sample then only reports
-its budget, without adapters. The pruning scores (``magnitude`` ... ``rgn``) depend on the model,
-are computed every round as before, and so ride on the closing message like the LNTK. Round
-r + 1's train sample is drawn when round r closes: in deployment a node that connects in between
-is first sampled a round later.
+Evaluating round r's model and scoring it for round r + 1 act on the same model (the same
+per-client model with personalised aggregation), so step 4 does both in one message. Clients
+sampled for only one part (``fraction-evaluate`` != ``fraction-train``) get only that part; a rule
+without a score sends no scoring request: a client in round r + 1's training sample then only
+reports its budget, without adapters. Round r + 1's train sample is drawn when round r closes: in
+deployment a node that connects in between is first sampled a round later.
 Every reply is validated (`strategies.validation`); a bad one is logged (once per node and reason,
 however many rounds it repeats) and its client sits that part out.
 """

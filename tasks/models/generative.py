@@ -373,7 +373,7 @@ NO_PROCESSOR = SimpleNamespace(tokenizer=None, chat_template=None)
 
 def build_generative(path: Path, architecture: str, spec: ModelSpec) -> GenerativeVLM:
     """Load an image-text-to-text checkpoint and its processor from ``path`` with ``spec``'s
-    generative settings; with ``spec.base_weights=False`` (the coordinator, issue 35) no weight is
+    generative settings; with ``spec.base_weights=False`` (the coordinator) no weight is
     read: the backbone is a weightless `tasks.models.skeleton` of ``config.json`` with
     `NO_PROCESSOR`, and the processor is only checked where the folder holds the weights too."""
     from transformers import AutoConfig, AutoModelForImageTextToText

