@@ -22,6 +22,7 @@ import time
 from itertools import islice
 
 import numpy as np
+
 from methods.fedpia.server import integrate_adapter, integration_passes
 
 CAPS = (1, 2, 3, 5, 10)
