@@ -32,6 +32,7 @@ import time
 import tomllib
 from pathlib import Path
 
+import methods
 from experiments.sweep import incomplete
 from flower_compat import check_version
 from settings import PROJECT_ROOT, ConfigError, RunConfig, check_here, default_config, describe, parse_budgets
@@ -264,7 +265,8 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--jobs", type=int, default=1,
                         help="sweep: runs at once, each on --cpus CPUs (2 on 2 cores: one client "
                              "process per run, no core idle while a round's last client trains)")
-    parser.add_argument("--strategies", help="sweep: comma-separated strategies, e.g. all,lntk,f3ocus")
+    parser.add_argument("--strategies", help="sweep: comma-separated strategies among "
+                        f"{', '.join(methods.SELECTIONS)} (aggregations: {', '.join(methods.AGGREGATIONS)})")
     parser.add_argument("--seeds", help="sweep: comma-separated seeds, e.g. 0,1,2")
     parser.add_argument("--optimizers", help="sweep: also run F3OCUS with each optimiser, e.g. nsga2,sa")
     parser.add_argument("--experiment", help="sweep: results/<experiment> (default: the config file's name)")
