@@ -58,7 +58,8 @@ class MethodSettings:
             key = f.metadata["key"]
             if key not in values:
                 raise ValueError(f"run-config key {key!r} is missing")
-            kwargs[f.name] = check_value(key, values[key], str(f.type), f.metadata["choices"],
+            kind = f.type if isinstance(f.type, str) else f.type.__name__  # postponed annotations or not
+            kwargs[f.name] = check_value(key, values[key], kind, f.metadata["choices"],
                                          f.metadata["low"], f.metadata["high"], f.metadata["strict_low"])
         return cls(**kwargs)
 
