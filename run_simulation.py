@@ -28,7 +28,6 @@ import json
 import os
 import shlex
 import sys
-import time
 import tomllib
 from pathlib import Path
 
@@ -69,7 +68,7 @@ def resolve(overrides: dict[str, object]) -> RunConfig:
     values = {**default_config(), **overrides}
     config = RunConfig.from_mapping(values)
     if not config.run_name and not config.resume_from:
-        values["run-name"] = f"{config.strategy}-{config.optimizer}-{time.strftime('%Y%m%d-%H%M%S')}"
+        values["run-name"] = config.default_run_name()
     values["progress-bar"] = True
     return RunConfig.from_mapping(values)
 

@@ -33,6 +33,7 @@ from pathlib import Path
 
 import numpy as np
 
+import methods
 from experiments.sweep import EXPERIMENT_FILE, RUNS, is_complete
 from methods import SELECTIONS, optimises
 from settings import parse_budgets
@@ -68,7 +69,7 @@ class Run:
     @property
     def group(self) -> str:
         """Table row: the strategy, or ``f3ocus-<optimizer>``."""
-        return f"{self.strategy}-{self.config['optimizer']}" if optimises(self.strategy) else self.strategy
+        return methods.label(self.strategy, self.config["optimizer"])
 
     def final_clients(self) -> list[dict]:
         last = max(r["round"] for r in self.clients)
@@ -219,7 +220,7 @@ def _main_groups(runs: Sequence[Run], info: dict) -> list[str]:
     """Strategies in sweep order; F3OCUS with the config's own optimiser."""
     opt = info.get("optimizer") or next((r.config["optimizer"] for r in runs if optimises(r.strategy)), "")
     order = info.get("strategies") or sorted({r.strategy for r in runs})
-    return [f"{s}-{opt}" if optimises(s) else s for s in order]
+    return [methods.label(s, opt) for s in order]
 
 
 def _header(experiment_dir: Path, info: dict, runs: Sequence[Run], incomplete: Sequence[str]) -> str:

@@ -40,6 +40,12 @@ def optimises(strategy: str) -> bool:
     return bool(entry and entry.optimises)
 
 
+def label(strategy: str, optimizer: str) -> str:
+    """A run's strategy as tables and run names show it: ``f3ocus-nsga2`` for a rule that runs the
+    optimiser, the bare name otherwise."""
+    return f"{strategy}-{optimizer}" if optimises(strategy) else strategy
+
+
 def owners() -> tuple[type[MethodSettings], ...]:
     """Every settings dataclass of the registered entries, once each (each owns its keys)."""
     found = [e.settings for e in (*AGGREGATIONS.values(), *SELECTIONS.values())]
@@ -49,4 +55,4 @@ def owners() -> tuple[type[MethodSettings], ...]:
 discover()
 
 __all__ = ["AGGREGATIONS", "SELECTIONS", "Aggregation", "MethodSettings", "Selection", "aggregation",
-           "discover", "optimises", "owners", "register", "selection"]
+           "discover", "label", "optimises", "owners", "register", "selection"]

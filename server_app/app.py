@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import os
-import time
 from dataclasses import dataclass, field
 from logging import ERROR, INFO, WARNING, getLogger
 from pathlib import Path
@@ -33,8 +32,7 @@ def run_directory(config: RunConfig) -> Path:
     if config.resume_from:
         path = Path(config.resume_from)
     else:
-        name = config.run_name or f"{config.strategy}-{config.optimizer}-{time.strftime('%Y%m%d-%H%M%S')}"
-        path = Path(config.results_dir) / name
+        path = Path(config.results_dir) / (config.run_name or config.default_run_name())
     return path.expanduser().resolve()
 
 

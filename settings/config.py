@@ -14,6 +14,7 @@ entry checks what it needs of the run (e.g. SIMA's adapters, the group oracle's 
 from __future__ import annotations
 
 import re
+import time
 import tomllib
 from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, field, fields
@@ -177,6 +178,10 @@ class RunConfig:
         config._check_names()
         parse_budgets(config.budgets)
         return config
+
+    def default_run_name(self) -> str:
+        """The run's folder name when ``run-name`` is empty: its strategy label and the start time."""
+        return f"{methods.label(self.strategy, self.optimizer)}-{time.strftime('%Y%m%d-%H%M%S')}"
 
     @property
     def method(self) -> Aggregation:
