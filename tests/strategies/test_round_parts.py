@@ -15,7 +15,8 @@ def long_parts(paths: list[Path]) -> dict[str, int]:
 
 
 def test_the_strategy_and_each_phase_fit_in_150_lines(tmp_path):
-    parts = [ROOT / "strategies" / "layer_selection.py", *sorted((ROOT / "strategies" / "round").glob("*.py"))]
+    strategies = ROOT / "strategies"
+    parts = [strategies / "layer_selection.py", *sorted((strategies / "round").glob("*.py"))]
     assert len(parts) >= 5 and long_parts(parts) == {}
     planted = tmp_path / "long.py"
     planted.write_text("x = 1\n" * (LIMIT + 1))
