@@ -121,7 +121,7 @@ def resolve_budget(setup: ClientSetup, context: Context) -> int:
     value = setup.node.budget if setup.node.budget is not None else num_layers
     check_fits(value, num_layers, f"{setup.node.budget_source} = {value!r}")
     if value == "auto":
-        value = tasks.estimate_budget(setup.model, setup.config.batch_size, setup.device)
+        value = tasks.estimate_budget(setup.model, setup.config.training.batch_size, setup.device)
     context.state[BUDGET_KEY] = ConfigRecord({"budget": int(value)})
     return int(value)
 
