@@ -21,9 +21,9 @@ class ClosingPhase:
                            grid: Grid) -> Iterable[Message]:
         """The exchange that closes round ``server_round`` (0: before round 1): its seeded
         evaluation sample evaluates the model it holds now, round ``server_round + 1``'s seeded
-        train sample scores it (none after the last round). The samples are the ones the
-        three-exchange order drew (salt 2 for evaluation, 1 for training, each seeded by the
-        round it serves); the reports go to ``next_log``, the log of round ``server_round + 1``."""
+        train sample scores it (none after the last round). Each sample is seeded by the round it
+        serves (salt 2 for evaluation, 1 for training); the reports go to ``next_log``, the log of
+        round ``server_round + 1``."""
         evaluated = (self._sample(grid, self.fraction_evaluate, server_round, salt=2)
                      if self.fraction_evaluate > 0 else [])
         scored = (self._sample(grid, self.fraction_train, server_round + 1, salt=1)
