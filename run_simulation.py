@@ -42,6 +42,15 @@ CLIENT_APP = "client_app.app:app"
 ENGINES = ("ray", "in-process")
 
 
+def settings_help() -> str:
+    """The registered methods and every key a method or a section owns, from their declarations."""
+    lines = [f"strategies: {', '.join(methods.SELECTIONS)}",
+             f"aggregations: {', '.join(methods.AGGREGATIONS)}"]
+    for owner in RunConfig.owners():
+        lines += [f"  {line}" for line in owner.describe()]
+    return "\n".join(["run-config keys owned by a method or a section:", *lines])
+
+
 def load_overrides(config_file: str | None, run_config: list[str]) -> dict[str, object]:
     """--config file values, then --run-config values (Flower's own "k=v" syntax)."""
     from flower_compat import parse_config_args
@@ -242,7 +251,8 @@ def attach_once(address: str, client_cpus: float, client_gpus: float, shared: Pa
 
 def main(argv: list[str] | None = None) -> int:
     argv = sys.argv[1:] if argv is None else argv
-    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0], epilog=settings_help(),
+                                     formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--config", help="TOML file of run-config keys (e.g. conf/task1-hetero.toml)")
     parser.add_argument("--run-config", action="append", default=[],
                         help='overrides, e.g. "strategy=\'lntk\' num-server-rounds=3"')
@@ -264,8 +274,7 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--jobs", type=int, default=1,
                         help="sweep: runs at once, each on --cpus CPUs (2 on 2 cores: one client "
                              "process per run, no core idle while a round's last client trains)")
-    parser.add_argument("--strategies", help="sweep: comma-separated strategies among "
-                        f"{', '.join(methods.SELECTIONS)} (aggregations: {', '.join(methods.AGGREGATIONS)})")
+    parser.add_argument("--strategies", help="sweep: comma-separated strategies, e.g. all,lntk,f3ocus")
     parser.add_argument("--seeds", help="sweep: comma-separated seeds, e.g. 0,1,2")
     parser.add_argument("--optimizers", help="sweep: also run F3OCUS with each optimiser, e.g. nsga2,sa")
     parser.add_argument("--experiment", help="sweep: results/<experiment> (default: the config file's name)")

@@ -35,10 +35,11 @@ def check_value(key: str, value: object, kind: str, choices: Sequence[object] = 
 
 
 def setting(default: object, key: str, *, choices: Sequence[object] = (), low: float | None = None,
-            high: float | None = None, strict_low: bool = False) -> Any:
-    """A settings field: its run-config `key`, default (pyproject.toml holds the same) and checks."""
+            high: float | None = None, strict_low: bool = False, help: str = "") -> Any:
+    """A settings field, declared once: its run-config `key`, default (pyproject.toml holds the same,
+    where Flower reads it), checks and one line of help (``--help``)."""
     return field(default=default, metadata={"key": key, "choices": tuple(choices), "low": low,
-                                            "high": high, "strict_low": strict_low})
+                                            "high": high, "strict_low": strict_low, "help": help})
 
 
 @dataclass(frozen=True)
@@ -62,6 +63,19 @@ class MethodSettings:
             kwargs[f.name] = check_value(key, values[key], kind, f.metadata["choices"],
                                          f.metadata["low"], f.metadata["high"], f.metadata["strict_low"])
         return cls(**kwargs)
+
+    @classmethod
+    def describe(cls) -> list[str]:
+        """One line per key: ``key = default (choices or range): help``."""
+        lines = []
+        for f in fields(cls):
+            meta = f.metadata
+            low = "" if meta["low"] is None else f"{meta['low']} {'<' if meta['strict_low'] else '<='} "
+            high = "" if meta["high"] is None else f" <= {meta['high']}"
+            limits = " | ".join(map(str, meta["choices"])) or (f"{low}x{high}" if low or high else "")
+            lines.append(f"{meta['key']} = {f.default!r}" + (f" ({limits})" if limits else "")
+                         + f": {meta['help']}")
+        return lines
 
     def to_dict(self) -> dict[str, object]:
         return {f.metadata["key"]: getattr(self, f.name) for f in fields(self)}

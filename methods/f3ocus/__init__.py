@@ -17,9 +17,12 @@ class F3ocusSettings(MethodSettings):
     from the Pareto front. The optimiser itself (``optimizer``) is a run-wide key: run names and
     sweeps carry it whatever the strategy."""
 
-    pop_size: int = setting(50, "optimizer-pop-size", low=2)
-    generations: int = setting(20, "optimizer-generations", low=1)
-    pick: str = setting("weighted", "optimizer-pick", choices=("weighted", "knee"))
+    pop_size: int = setting(50, "optimizer-pop-size", low=2,
+                            help="the optimiser's population (supplement §C.3)")
+    generations: int = setting(20, "optimizer-generations", low=1,
+                               help="the optimiser's iterations (supplement §C.3)")
+    pick: str = setting("weighted", "optimizer-pick", choices=("weighted", "knee"),
+                        help="the Pareto solution used: weighted (Algorithm 34) or knee")
 
     def server_keywords(self, config: Any) -> dict[str, object]:
         """The optimiser's parameters (`metaheuristics.optimize` keywords)."""

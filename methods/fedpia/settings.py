@@ -14,12 +14,18 @@ class FedPiaSettings(MethodSettings):
     exp(−γ d_k) and their form, which levels align (paper Table 5), the client's OT cost and its
     batch of m samples, and the server's alignment passes (1 = the paper)."""
 
-    gamma: float = setting(1.0, "fedpia-gamma", low=0.0)
-    integration: str = setting("normalised", "fedpia-integration", choices=("normalised", "paper"))
-    level: str = setting("both", "fedpia-level", choices=("both", "server", "client"))
-    client_cost: str = setting("activation", "fedpia-client-cost", choices=("activation", "weight"))
-    samples: int = setting(16, "fedpia-samples", low=1)
-    iterations: int = setting(5, "fedpia-iterations", low=1)
+    gamma: float = setting(1.0, "fedpia-gamma", low=0.0,
+                           help="γ of the integration weights exp(−γ d_k); 0: FedAvg of the aligned adapters")
+    integration: str = setting("normalised", "fedpia-integration", choices=("normalised", "paper"),
+                               help="weights divided by their sum (normalised) or the paper's (1/K) Σ form")
+    level: str = setting("both", "fedpia-level", choices=("both", "server", "client"),
+                         help="where FedPIA aligns: both, server only, client only (paper Table 5)")
+    client_cost: str = setting("activation", "fedpia-client-cost", choices=("activation", "weight"),
+                               help="client OT supports: mean activations on m own samples, or weights")
+    samples: int = setting(16, "fedpia-samples", low=1,
+                           help="m, the client's seeded batch for activation supports")
+    iterations: int = setting(5, "fedpia-iterations", low=1,
+                              help="server PIA passes (1 = the paper), until the assignment settles")
 
     @property
     def client_level(self) -> bool:

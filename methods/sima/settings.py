@@ -17,9 +17,12 @@ class SimaSettings(MethodSettings):
     of the client similarities (Eq. 5), the EMA ratio of the decayed gradient (Eq. 4) and how often
     (every f local steps) the gradient is taken; paper appendix and official code defaults."""
 
-    tau: float = setting(0.5, "sima-tau", low=0.0, strict_low=True)
-    ema: float = setting(0.5, "sima-ema", low=0.0, high=1.0, strict_low=True)
-    freq: int = setting(10, "sima-freq", low=1)
+    tau: float = setting(0.5, "sima-tau", low=0.0, strict_low=True,
+                         help="softmax temperature τ of the client similarities (Eq. 5)")
+    ema: float = setting(0.5, "sima-ema", low=0.0, high=1.0, strict_low=True,
+                         help="EMA ratio of the decayed gradient (Eq. 4)")
+    freq: int = setting(10, "sima-freq", low=1,
+                        help="the gradient is taken every f local steps")
 
     def server_keywords(self, config: Any) -> dict[str, object]:
         return {"tau": self.tau}

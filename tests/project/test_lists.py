@@ -1,7 +1,8 @@
 """The lists written for readers agree with the registries they describe: the README's run-config
 table has a row for every run-config key (pyproject's, which Flower reads) and names every
 registered strategy and aggregation in its ``strategy``/``aggregation`` row; ``--help`` names them
-from the registries. Each check is shown to fail on a planted omission."""
+and describes every key a method or a section owns from its one declaration
+(`methods.base.setting`). The README check is shown to fail on a planted omission."""
 
 from __future__ import annotations
 
@@ -11,7 +12,7 @@ import sys
 from pathlib import Path
 
 import methods
-from settings import default_config
+from settings import RunConfig, default_config
 
 ROOT = Path(__file__).resolve().parents[2]
 README = ROOT / "README.md"
@@ -46,8 +47,12 @@ def test_the_readme_check_sees_a_planted_omission():
     assert missing(text.replace("| `seed` |", "| seed |")) == ["key seed"]
 
 
-def test_help_names_every_registered_method():
+def test_help_names_every_registered_method_and_describes_every_owned_key():
     out = subprocess.run([sys.executable, "run_simulation.py", "--help"], cwd=ROOT, capture_output=True,
                          text=True, check=True, timeout=120).stdout
     flat = " ".join(out.split())
     assert all(name in flat for name in (*methods.SELECTIONS, *methods.AGGREGATIONS))
+    for owner in RunConfig.owners():
+        for key, line in zip(owner.own_keys(), owner.describe(), strict=True):
+            assert line.startswith(f"{key} = ") and not line.endswith(": "), line  # declared with its help
+            assert line in out, line
