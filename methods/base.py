@@ -1,9 +1,9 @@
 """What a method package declares: its own settings (a frozen dataclass parsed from the flat run
 config) and its registry entry, an `Aggregation` or a `Selection`.
 
-This module imports nothing of the project but `tasks.names` and `metaheuristics`' names, so
-`settings` (read by both apps, also in a deployed ClientApp that must stay light) can parse every
-method's keys. An entry reaches its heavy parts (server step, client hook) through loader functions
+This module imports nothing of the project at module level (`metaheuristics` only when a rule
+selects), so `settings` (read by both apps, also in a deployed ClientApp that must stay light) can
+parse every method's keys. An entry reaches its heavy parts (server step, client hook) through loader functions
 whose body imports them: an editor and the import checks follow them, and nothing heavy loads until
 a run uses the method. A bad value raises ValueError with one line naming the key and the value;
 `settings.config` turns it into a `settings.ConfigError`.
