@@ -3,10 +3,10 @@ config) and its registry entry, an `Aggregation` or a `Selection`.
 
 This module imports nothing of the project at module level (`metaheuristics` only when a rule
 selects), so `settings` (read by both apps, also in a deployed ClientApp that must stay light) can
-parse every method's keys. An entry reaches its heavy parts (server step, client hook) through loader functions
-whose body imports them: an editor and the import checks follow them, and nothing heavy loads until
-a run uses the method. A bad value raises ValueError with one line naming the key and the value;
-`settings.config` turns it into a `settings.ConfigError`.
+parse every method's keys. An entry reaches its heavy parts (server step, client hook) through
+loader functions whose body imports them: an editor and the import checks follow them, and nothing
+heavy loads until a run uses the method. A bad value raises ValueError with one line naming the key
+and the value; `settings.config` turns it into a `settings.ConfigError`.
 """
 
 from __future__ import annotations

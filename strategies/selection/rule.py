@@ -8,8 +8,13 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from metaheuristics import Assignment
+from metaheuristics import Assignment, optimize  # noqa: F401  (see below)
 from methods.base import Selection
+
+# The optimisers' libraries (pymoo, scipy) load with the server's strategy, before any model runs:
+# loading them later, at the first selection, shifts the last bits of a client's float results
+# (the default run's round 2 differs in the fourth decimal), so a run would not repeat across
+# versions that load them at different times.
 
 
 @dataclass(frozen=True)
