@@ -138,9 +138,15 @@ def evaluate(msg: Message, context: Context) -> Message:
 
 
 def _evaluation(setup: ClientSetup, server_round: int) -> dict:
-    """The loaded model's metrics on this client's test split (and the others', `others_metrics`)."""
+    """The loaded model's metrics on this client's test split (and the others', `others_metrics`).
+    ``eval-answers = "closed-set"`` scores a generator's closed-set answers every round and adds its
+    generated answers' exact match after the last round."""
+    answers = setup.config.eval_answers
+    if answers == "closed-set" and server_round == setup.config.num_server_rounds:
+        answers = "both"
     metrics = tasks.evaluate(setup.model, setup.partition.test,
-                             batch_size=max(64, setup.config.training.batch_size), device=setup.device)
+                             batch_size=max(64, setup.config.training.batch_size), device=setup.device,
+                             answers=answers)
     metrics["num-examples"] = int(metrics.pop("num_examples"))
     metrics["partition-id"] = setup.partition_id
     from client_app.others import others_metrics

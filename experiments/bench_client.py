@@ -5,6 +5,7 @@ F3OCUS's overhead is 151.4 s vs 137.5 s per round, i.e. ~10%).
     python -m experiments.bench_client --repeat 5      # 5 fresh processes: median, min, max of each figure
     python -m experiments.bench_client --model tiny-llava --budgets 1,2,4  # per k: s/step, overhead, memory
     python -m experiments.bench_client --config conf/bench-gen.toml --budgets 1,2,4,8  # its round's sizes
+    python -m experiments.bench_client --config conf/bench-gen-cover.toml --threads 1  # + its evaluation
     python -m experiments.bench_client --model hf:/tmp/llava-1b --dataset synthetic --dtype bfloat16 \
         --gradient-checkpointing --json   # docs/results/lntk-memory (experiments.random_llava)
 
@@ -25,7 +26,10 @@ peak_rss_mb (whole process), the peak memory of the scoring (both calls) and of 
 start, lntk_base_mb and train_base_mb; `PhasePeak` says how each is measured), and, because wall
 time on a shared machine depends on the other processes, the same in process CPU seconds
 (lntk_cpu_s, train_round_cpu_s, overhead_cpu) and the 1-minute load average at the start and at
-the end of the run. LNTK scores at most ``--batch-size`` samples at a time, as a client does
+the end of the run. With ``--eval-questions`` (a config's ``max-test-samples``) the round's
+evaluation follows the training: eval_s for that many test questions scored as ``--eval-answers``
+says (a config's ``eval-answers``), and round_s = lntk_s + train_round_s + eval_s, the client's
+whole round. LNTK scores at most ``--batch-size`` samples at a time, as a client does
 (`tasks.lntk_pieces`). For a model with token ids: step_s, step_tokens (one padded batch) and
 step_flops (4·N·T), and with ``--peak-flops`` the share of that peak a step reaches.
 
@@ -57,7 +61,7 @@ from tasks.build import build_model
 from tasks.data import load_partition
 from tasks.lntk import layer_scores
 from tasks.models.registry import ModelSpec
-from tasks.train import train
+from tasks.train import evaluate, train
 
 BUDGET = 4
 PYPROJECT = Path(__file__).resolve().parents[1] / "pyproject.toml"
@@ -74,7 +78,8 @@ def app_defaults(path: Path = PYPROJECT) -> dict[str, int | float]:
 
 
 APP = app_defaults()
-DEFAULTS = {"model": "minilm-effnet", "dataset": "easy-vqa", **APP}
+DEFAULTS = {"model": "minilm-effnet", "dataset": "easy-vqa", "dtype": "float32", "head": "private",
+            "eval-answers": "generated", "max-test-samples": 0, **APP}
 """The options' defaults without ``--config``."""
 
 
@@ -85,7 +90,7 @@ def config_defaults(path: Path) -> dict[str, object]:
         config = tomllib.loads(path.read_text())
     except (OSError, tomllib.TOMLDecodeError) as err:
         raise SystemExit(f"--config {str(path)!r} cannot be read: {err}") from None
-    return {**DEFAULTS, **{key: config[key] for key in ("model", "dataset", *SIZES) if key in config}}
+    return {**DEFAULTS, **{key: config[key] for key in DEFAULTS if key in config}}
 
 
 def run(
@@ -106,11 +111,14 @@ def run(
     model_options: dict | None = None,
     rates: dict[str, float] | None = None,
     peak_flops: float | None = None,
+    evaluation: tuple[int, str] = (0, "generated"),
 ) -> dict[str, float]:
     """One client's round: LNTK scoring (in pieces of at most ``batch_size`` samples, as the client
     scores), then ``steps`` local steps on the top-``budget`` layers (and per ``budgets`` k,
     `per_budget`); ``rates``: lr, head-lr, weight-decay (default `APP`'s); ``peak_flops``: the
-    device's peak FLOP/s, for the share of it a local step uses (`step_flops`)."""
+    device's peak FLOP/s, for the share of it a local step uses (`step_flops`); ``evaluation``:
+    (test questions, `tasks.train.EVAL_ANSWERS` mode) of the round's evaluation, timed after the
+    training (0 questions: none)."""
     rates = {**{k: APP[k] for k in ("lr", "head-lr", "weight-decay")}, **(rates or {})}
     load_start = os.getloadavg()[0]
     part = load_partition(dataset, partition, 5, partitioner, seed=seed)
@@ -131,6 +139,12 @@ def run(
         train(model, part.train, mask, steps=steps, batch_size=batch_size, lr=rates["lr"],
               head_lr=rates["head-lr"], weight_decay=rates["weight-decay"], device=device)
         train_s, train_cpu = time.perf_counter() - start, time.process_time() - cpu
+    questions, answers = evaluation
+    eval_s = eval_cpu = 0.0
+    if questions:
+        start, cpu = time.perf_counter(), time.process_time()
+        evaluate(model, part.test[:questions], batch_size=max(64, batch_size), device=device, answers=answers)
+        eval_s, eval_cpu = time.perf_counter() - start, time.process_time() - cpu
     peak_rss_mb = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024
     load = os.getloadavg()[0]
     extra = (rank_agreement(model, part.train, scoring_batch, int(mask.sum()), reference=rank_reference)
@@ -149,11 +163,18 @@ def run(
         "lntk_s": round(scores.seconds, 4),
         "train_round_s": round(train_s, 4),
         "overhead": round(scores.seconds / train_s, 4),
+        "eval_s": round(eval_s, 4),
+        "eval_questions": min(questions, len(part.test)),
+        "eval_answers": answers,
+        "round_s": round(scores.seconds + train_s + eval_s, 4),
+        "lntk_share_of_round": round(scores.seconds / (scores.seconds + train_s + eval_s), 4),
         "lntk_first_s": round(first.seconds, 4),
         "overhead_first": round(first.seconds / train_s, 4),
         "lntk_cpu_s": round(lntk_cpu, 4),
         "train_round_cpu_s": round(train_cpu, 4),
         "overhead_cpu": round(lntk_cpu / train_cpu, 4),
+        "eval_cpu_s": round(eval_cpu, 4),
+        "lntk_share_of_round_cpu": round(lntk_cpu / (lntk_cpu + train_cpu + eval_cpu), 4),
         "samples_per_s": round(steps * batch_size / train_s, 2),
         "peak_rss_mb": round(peak_rss_mb, 1),
         "memory": lntk_memory.kind,
@@ -329,7 +350,7 @@ def child_argv(args: argparse.Namespace) -> list[str]:
     argv = []
     for key in ("config", "model", "dataset", "scoring_batch", "steps", "batch_size", "budget", "seed",
                 "partition", "partitioner", "rank_reference", "threads", "budgets", "device", "dtype",
-                "peak_flops"):
+                "peak_flops", "head", "eval_questions", "eval_answers"):
         value = getattr(args, key)
         if value is not None and value != "":
             argv += [f"--{key.replace('_', '-')}", str(value)]
@@ -367,8 +388,12 @@ def main(argv: list[str] | None = None) -> None:
                         help="comma-separated budgets k: per k, seconds per local step, LNTK overhead "
                              "and peak memory (CUDA max allocated, else process RSS)")
     parser.add_argument("--device", default="cpu", help="device of the model (default cpu)")
-    parser.add_argument("--dtype", default="float32", choices=("float32", "bfloat16", "float16"),
+    parser.add_argument("--dtype", default=base["dtype"], choices=("float32", "bfloat16", "float16"),
                         help="generative models' frozen weights")
+    parser.add_argument("--head", default=base["head"], choices=("private", "shared", "frozen"))
+    parser.add_argument("--eval-questions", type=int, default=base["max-test-samples"],
+                        help="test questions the round's evaluation scores (0: no evaluation)")
+    parser.add_argument("--eval-answers", default=base["eval-answers"], choices=("generated", "closed-set"))
     parser.add_argument("--gradient-checkpointing", action="store_true")
     parser.add_argument("--peak-flops", type=float, default=None,
                         help="the device's peak FLOP/s (e.g. 790e12, an H200's bf16): prints the share "
@@ -407,9 +432,11 @@ def main(argv: list[str] | None = None) -> None:
         budgets=tuple(int(k) for k in args.budgets.split(",") if k.strip()),
         device=args.device,
         model_options={"dtype": args.dtype, "gradient_checkpointing": args.gradient_checkpointing,
-                       "device": args.device},
+                       "device": args.device, "shared_head": args.head == "shared",
+                       "frozen_head": args.head == "frozen"},
         rates={k: base[k] for k in ("lr", "head-lr", "weight-decay")},
         peak_flops=args.peak_flops,
+        evaluation=(args.eval_questions, args.eval_answers),
     )
     if args.json:
         print(json.dumps(result))

@@ -25,8 +25,9 @@ Every experiment directory is read like `experiments.report` reads it (complete 
    that table alone, without run folders.
 
 With ``--against``, item 2 pairs, within each experiment, every strategy with each named reference
-strategy instead, and adds both rows' seed standard deviations and the mean difference in units of
-the larger one (issue 17's sensitivity criterion: a gap of more than 3 such units).
+strategy instead (``zero-shot``: the round-0 evaluation of the same seed's runs), and adds both
+rows' seed standard deviations and the mean difference in units of the larger one (the
+sensitivity criterion: a gap of more than 3 such units).
 """
 
 from __future__ import annotations
@@ -40,7 +41,16 @@ from pathlib import Path
 import numpy as np
 from scipy import stats
 
-from experiments.report import Run, load_runs, mean_std, plus_minus, pyplot, run_metrics, save_figure
+from experiments.report import (
+    Run,
+    load_runs,
+    mean_std,
+    plus_minus,
+    pyplot,
+    run_metrics,
+    save_figure,
+    score_metrics,
+)
 
 
 def paired_interval(other: Sequence[float], base: Sequence[float], confidence: float = 0.95
@@ -69,12 +79,20 @@ def seed_metrics(run: Run) -> dict[str, float]:
     return out
 
 
-def by_seed(experiment_dir: Path) -> dict[str, dict[int, dict[str, float]]]:
+ZERO_SHOT = "zero-shot"
+"""The reference row of the round-0 evaluation: ``--against zero-shot``."""
+
+
+def by_seed(experiment_dir: Path, zero_shot: bool = False) -> dict[str, dict[int, dict[str, float]]]:
     """strategy (``f3ocus-<optimizer>`` for F3OCUS, so each optimiser is its own row) -> seed ->
-    `seed_metrics` of the experiment's complete runs."""
+    `seed_metrics` of the experiment's complete runs; with ``zero_shot``, row `ZERO_SHOT` holds each
+    seed's round-0 evaluation (the same model and test questions in every run of a seed), so a
+    strategy pairs with the untrained start of its own seed."""
     out: dict[str, dict[int, dict[str, float]]] = {}
     for run in load_runs(experiment_dir)[0]:
         out.setdefault(run.group, {})[run.seed] = seed_metrics(run)
+        if zero_shot and run.initial:
+            out.setdefault(ZERO_SHOT, {})[run.seed] = score_metrics(run.initial)
     return out
 
 
@@ -193,7 +211,7 @@ def write_seed_values(path: Path, data: dict[str, dict[str, dict[int, dict]]],
 def report(dirs: Sequence[Path], references: Sequence[str] = (), figure: Path | None = None) -> str:
     """The table and the paired intervals (module doc) as markdown; with `figure`, the intervals
     against the baseline drawn there."""
-    data = {Path(d).name: by_seed(Path(d)) for d in dirs}
+    data = {Path(d).name: by_seed(Path(d), zero_shot=ZERO_SHOT in references) for d in dirs}
     cols = [("overall", "overall", 2), ("majority", "majority answer", 1), ("others", "Others", 2),
             ("uplink_mb", "uplink MB / round", 2),
             ("seconds", "s / round", 1), ("training_s", "training s / round", 1),

@@ -9,7 +9,7 @@ from numbers import Integral, Real
 import numpy as np
 
 from metaheuristics import aco, bee_colony, mopso, nsga2, paper_ga, reference, sa
-from metaheuristics.archive import PICKS, ParetoArchive
+from metaheuristics.archive import PICKS, W_IMPORTANCE, ParetoArchive
 from metaheuristics.names import ALGORITHMS, SEARCHES
 from metaheuristics.problem import make_instance
 from metaheuristics.result import Assignment
@@ -71,6 +71,7 @@ def optimize(
     algorithm: str = "nsga2",
     seed: int = 0,
     pick: str = "weighted",
+    weight: float = W_IMPORTANCE,
     **params,
 ) -> Assignment:
     """Assign exactly budgets[i] layers to every client (paper Eq. 21, supplement §A).
@@ -81,7 +82,9 @@ def optimize(
         algorithm: one of ``ALGORITHMS``.
         seed: non-negative int; the same seed gives the same result.
         pick: how the returned solution is chosen from the Pareto archive,
-            "weighted" (Algorithm 34) or "knee" (see archive.py).
+            "weighted" (Algorithm 34), "knee" or "least-diversity" (Algorithm 2 line 23; see
+            archive.py).
+        weight: the importance's weight w in [0, 1] of the "weighted" pick (diversity: 1 - w).
         **params: ``pop_size`` (50), ``n_gen`` (20) and the algorithm's own settings
             (module ``DEFAULTS``; §C.3 values).
 
@@ -96,8 +99,10 @@ def optimize(
         raise ValueError(f"seed: expected a non-negative int, got {seed!r}")
     if pick not in PICKS:
         raise ValueError(f"pick: unknown {pick!r} (known: {', '.join(PICKS)})")
+    if not 0.0 <= weight <= 1.0:
+        raise ValueError(f"weight: must be in [0, 1], got {weight!r}")
     settings = _check_params(algorithm, params)
-    archive = ParetoArchive(instance, pick)
+    archive = ParetoArchive(instance, pick, weight)
     ctx = Context(instance, archive, int(seed), settings.pop("pop_size"), settings.pop("n_gen"))
     if algorithm in _SEARCHES:
         drive(_SEARCHES[algorithm].steps(ctx, **settings), archive)

@@ -8,9 +8,13 @@ are comparable across algorithms.
 Pick rules (``pick``):
 
 * ``"weighted"`` (default; supplement Algorithm 34/45, PICK_BEST_SOLUTION): maximise
-  W_IMPORTANCE * importance' - W_DIVERSITY * diversity', on objectives normalised to
-  [0, 1] by the instance's exact bounds (indicators.normalize_front). The paper gives no
-  weights; equal weights (0.5, 0.5) on the normalised scale treat both objectives alike.
+  w * importance' - (1 - w) * diversity', on objectives normalised to [0, 1] by the
+  instance's exact bounds (indicators.normalize_front). Algorithm 34 takes the two weights as
+  inputs and the paper gives none; ``weight`` = w (default W_IMPORTANCE = 0.5: equal weights
+  on the normalised scale treat both objectives alike). One number suffices: scaling both
+  weights picks the same point.
+* ``"least-diversity"`` (supplement Algorithm 2, line 23): the member with the smallest count
+  std (the front's most balanced point; on a front it is unique).
 * ``"knee"``: the front point farthest from the straight line through the two extreme
   points, on the ideal side, in the same normalised space (ties: the weighted rule).
 """
@@ -24,8 +28,7 @@ from metaheuristics.problem import Instance
 from metaheuristics.result import Front
 
 W_IMPORTANCE = 0.5
-W_DIVERSITY = 0.5
-PICKS = ("weighted", "knee")
+PICKS = ("weighted", "knee", "least-diversity")
 
 
 def nondominated(importance: np.ndarray, diversity: np.ndarray) -> np.ndarray:
@@ -37,12 +40,16 @@ def nondominated(importance: np.ndarray, diversity: np.ndarray) -> np.ndarray:
     return order[div < best_before]
 
 
-def pick_index(importance: np.ndarray, diversity: np.ndarray, bounds: Bounds, pick: str) -> int:
-    """Index of the picked point of a front (see module docstring)."""
+def pick_index(importance: np.ndarray, diversity: np.ndarray, bounds: Bounds, pick: str,
+               weight: float = W_IMPORTANCE) -> int:
+    """Index of the picked point of a front (see module docstring); ``weight``: the importance's
+    weight w of the weighted rule, the diversity's being 1 - w."""
     imp_n, div_n = bounds.normalize(importance, diversity)
-    weighted = W_IMPORTANCE * imp_n - W_DIVERSITY * div_n
+    weighted = weight * imp_n - (1.0 - weight) * div_n
     if pick == "weighted":
         return int(np.argmax(weighted))
+    if pick == "least-diversity":
+        return int(np.lexsort((-importance, diversity))[0])
     # knee: signed distance to the chord between the extremes, positive towards the ideal
     a = np.array([imp_n.max(), div_n[np.argmax(imp_n)]])
     b = np.array([imp_n[np.argmin(div_n)], div_n.min()])
@@ -57,9 +64,10 @@ def pick_index(importance: np.ndarray, diversity: np.ndarray, bounds: Bounds, pi
 class ParetoArchive:
     """Non-dominated archive of an instance with per-iteration history."""
 
-    def __init__(self, instance: Instance, pick: str = "weighted") -> None:
+    def __init__(self, instance: Instance, pick: str = "weighted", weight: float = W_IMPORTANCE) -> None:
         self.bounds = instance_bounds(instance)
         self.pick = pick
+        self.weight = weight
         self.masks = np.zeros((0, instance.n_clients, instance.n_layers), dtype=bool)
         self.importance = np.zeros(0)
         self.diversity = np.zeros(0)
@@ -77,7 +85,7 @@ class ParetoArchive:
         self.masks, self.importance, self.diversity = merged, imp[keep], div[keep]
 
     def best(self) -> int:
-        return pick_index(self.importance, self.diversity, self.bounds, self.pick)
+        return pick_index(self.importance, self.diversity, self.bounds, self.pick, self.weight)
 
     def record(self, iteration: int) -> None:
         """Append the history entry of ``iteration`` (the current pick and archive size)."""

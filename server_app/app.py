@@ -68,7 +68,11 @@ def plan_run(config: RunConfig) -> RunPlan:
                              max_new_tokens=config.max_new_tokens, dtype=config.dtype,
                              gradient_checkpointing=config.gradient_checkpointing,
                              lora_targets=model.lora_targets, num_blocks=config.num_blocks,
-                             lora_rank=config.lora_rank)
+                             lora_rank=config.lora_rank, frozen_head=config.head == "frozen")
+        if config.eval_answers != "generated" and not model.generative:
+            raise ValueError(f"eval-answers = {config.eval_answers!r} is not supported by model "
+                             f"{config.model!r}: an encoder + answer head scores its answer head; "
+                             "use eval-answers = 'generated'")
     except (ValueError, OSError, KeyError, RuntimeError) as err:
         raise ConfigError(f"model = {config.model!r} cannot be built: {err}") from None
     if config.privacy.mode == "sample":  # every unit + the head trainable, as apply_adapter leaves it

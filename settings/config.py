@@ -42,7 +42,8 @@ CHOICES = {
     "vlm-layers": VLM_LAYERS,
     "dtype": DTYPES,
     "quantization": ("none", "4bit"),
-    "head": ("private", "shared"),
+    "head": ("private", "shared", "frozen"),
+    "eval-answers": ("generated", "closed-set"),
     "group-conflict": ("none", "answers"),
 }
 """The run-wide keys' choices; ``strategy`` and ``aggregation`` are the registries' names (`methods`),
@@ -128,6 +129,7 @@ class RunConfig:
     client_groups: str
     head: str
     group_conflict: str
+    eval_answers: str
     owned: tuple[MethodSettings, ...] = field(default=(), repr=False)
     """The settings of every registered method that has keys (`methods.owners`), each parsed by its
     own dataclass, whichever method runs (a bad value fails whether or not it is used)."""
@@ -288,7 +290,8 @@ class RunConfig:
             dtype=resolve_dtype(self.dtype, device) if client else "float32",
             quantization=self.quantization if client else "none",
             gradient_checkpointing=self.gradient_checkpointing, device=device,
-            shared_head=self.head == "shared", base_weights=client)
+            shared_head=self.head == "shared", frozen_head=self.head == "frozen",
+            base_weights=client)
 
     def to_dict(self) -> dict[str, object]:
         """The flat ``key: value`` run config (run-wide keys, then each method's)."""

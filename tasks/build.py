@@ -46,7 +46,10 @@ def build_model(spec: ModelSpec, num_outputs: int, task: str = "vqa") -> Federat
         if model.generative and task != "vqa":
             raise ValueError(f"model {spec.name!r} generates answers: it takes VQA data sets, "
                              f"not task {task!r}")
-        check_model_settings(spec.name, model, spec.quantization, spec.shared_head)
+        check_model_settings(spec.name, model, spec.quantization, spec.shared_head,
+                             frozen_head=spec.frozen_head)
+        if spec.frozen_head:
+            model.personal_prefixes = ()  # the projector joins the frozen base: never trained, never sent
         model.lora_targets = spec.lora_targets
         model.shared_head = spec.shared_head
         torch.manual_seed(spec.seed + 1)  # adapter init independent of the head's size

@@ -45,6 +45,9 @@ from tasks.privacy import SamplePlan, empty_step, fresh_rng, poisson_batches, pr
 if TYPE_CHECKING:
     from tasks.data import Sample
 
+EVAL_ANSWERS = ("generated", "closed-set", "both")
+"""How `evaluate` scores a generative model's answers."""
+
 
 def train(
     model: FederatedVLM,
@@ -131,10 +134,14 @@ def train(
 
 @torch.no_grad()
 def evaluate(
-    model: FederatedVLM, samples: Sequence[Sample], *, batch_size: int = 64, device: str = "cpu"
+    model: FederatedVLM, samples: Sequence[Sample], *, batch_size: int = 64, device: str = "cpu",
+    answers: str = "generated",
 ) -> dict[str, float]:
     """vqa: accuracy, loss; multilabel: micro/macro F1 (threshold 0.5), loss; + num_examples. A
-    generative model is scored on the answers it generates (`_evaluate_generated`).
+    generative model is scored by ``answers`` (`EVAL_ANSWERS`): on the answers it generates
+    (``"generated"``, `_evaluate_generated`), on the best-scored answer of the vocabulary
+    (``"closed-set"``, `_evaluate_closed_set`), or both (``"both"``: closed-set ``accuracy`` and
+    ``loss``, generated ``exact-match``).
 
     Macro F1 averages over the classes present in the labels or the predictions (a class absent
     from both has no defined F1 and is left out).
@@ -144,8 +151,17 @@ def evaluate(
     _positive_int("batch_size", batch_size)
     model.to(resolve_device(device))
     model.eval()
+    if answers not in EVAL_ANSWERS:
+        raise ValueError(f"answers must be one of {', '.join(EVAL_ANSWERS)}, got {answers!r}")
     if model.generative:
-        return _evaluate_generated(model, samples, batch_size)
+        if answers == "generated":
+            return _evaluate_generated(model, samples, batch_size)
+        result = _evaluate_closed_set(model, samples, batch_size)
+        if answers == "both":
+            said = _evaluate_generated(model, samples, batch_size)
+            result.update({k.replace("accuracy", "exact-match"): v for k, v in said.items()
+                           if k.startswith("accuracy")})
+        return result
     logits, labels = [], []
     for start in range(0, len(samples), batch_size):
         batch = model.collate(samples[start : start + batch_size])
@@ -185,10 +201,30 @@ def _evaluate_generated(model: FederatedVLM, samples: Sequence[Sample], batch_si
         weights.append(int((batch["labels"][:, 1:] != -100).sum()))
     result = {"accuracy": float(np.mean(hits)), "loss": float(np.average(losses, weights=weights)),
               "num_examples": float(len(samples))}
+    return result | _per_qtype(samples, np.array(hits))
+
+
+def _evaluate_closed_set(model: FederatedVLM, samples: Sequence[Sample], batch_size: int) -> dict[str, float]:
+    """A generative model's closed-set accuracy: the answer of the data set's vocabulary with the
+    highest log-likelihood (`GenerativeVLM.answer_scores`) is the right one, overall and per question
+    type (``accuracy-<qtype>``); ``loss``: the right answers' tokens' mean cross-entropy (stop token
+    excluded). Ties go to the answer listed first, so a model that scores every answer alike gets
+    what always answering that one gets."""
+    scores, lengths = [], np.array([len(model.answer_ids(a)) - 1 for a in model.answers])
+    for start in range(0, len(samples), batch_size):
+        scores.append(model.answer_scores(samples[start : start + batch_size]).numpy())
+    score = np.concatenate(scores)
+    truth = np.array([int(s.target) for s in samples])
+    hits = score.argmax(1) == truth
+    right = score[np.arange(len(samples)), truth]
+    result = {"accuracy": float(hits.mean()), "loss": float(-right.sum() / lengths[truth].sum()),
+              "num_examples": float(len(samples))}
+    return result | _per_qtype(samples, hits)
+
+
+def _per_qtype(samples: Sequence[Sample], hits: np.ndarray) -> dict[str, float]:
     qtypes = np.array([s.qtype for s in samples])
-    for qtype in sorted(set(qtypes.tolist())):
-        result[f"accuracy-{qtype}"] = float(np.mean(np.array(hits)[qtypes == qtype]))
-    return result
+    return {f"accuracy-{q}": float(hits[qtypes == q].mean()) for q in sorted(set(qtypes.tolist()))}
 
 
 def round_lr(base_lr: float, server_round: int, num_rounds: int, warmup_frac: float = 0.1) -> float:

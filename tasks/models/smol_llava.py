@@ -272,6 +272,18 @@ def build_smol_llava(vlm_layers: str = "language", max_new_tokens: int = 0,
     return finish(model, gradient_checkpointing)
 
 
+def build_aligned(spec: ModelSpec, num_outputs: int, task: str) -> GenerativeVLM:
+    """Registry builder of ``smol-llava-aligned``: `build` with LLaVA's stage-1 projector
+    (`tasks.models.stage1`), the paper's starting point for fine-tuning; one line naming the
+    command that makes the projector where it is not cached."""
+    from tasks.models.stage1 import aligned_projector
+
+    state = aligned_projector()
+    model = build(spec, num_outputs, task)
+    model.get_submodule(PROJECTOR).load_state_dict(state, strict=True)
+    return model
+
+
 def build(spec: ModelSpec, num_outputs: int, task: str) -> GenerativeVLM:
     """Registry builder of ``smol-llava`` (`tasks.models.registry`): `build_smol_llava` in
     ``spec.dtype`` (a generator: ``num_outputs`` and ``task`` are the data set's, unused)."""

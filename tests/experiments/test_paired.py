@@ -60,6 +60,19 @@ def test_against_pairs_each_strategy_with_the_reference_of_its_own_experiment(tm
     assert "none − none" not in text
 
 
+def test_against_zero_shot_pairs_each_run_with_its_own_round_0(tmp_path: Path) -> None:
+    """Planted: round 0 scores 30/20/40 % by seed (another test set each), round 1 scores 31/22/43 %:
+    the pairing must be by seed (+1, +2, +3), not with the round-0 mean (which gives +1, +12, −7)."""
+    for seed, start in enumerate((0.30, 0.20, 0.40)):
+        _run(tmp_path / "bench", f"all-s{seed}", seed, start + 0.01 * (seed + 1), 0.0)
+        clients = tmp_path / "bench" / "runs" / f"all-s{seed}" / "clients.jsonl"
+        zero = {"round": 0, "partition-id": 0, "evaluate": {"accuracy": start, "num-examples": 10}}
+        clients.write_text(json.dumps(zero) + "\n" + clients.read_text())
+    text = report([tmp_path / "bench"], references=["zero-shot"])
+    assert ("| bench: all − zero-shot | overall | 0,1,2 | +1.00, +2.00, +3.00 | +2.00 | [-0.48, +4.48] "
+            "| not distinguishable |") in text
+
+
 def test_against_an_absent_strategy_is_a_one_line_error(tmp_path: Path, capsys) -> None:
     for seed in range(2):
         _run(tmp_path / "bench", f"all-s{seed}", seed, 0.5, 0.0)

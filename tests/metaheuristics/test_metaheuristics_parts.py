@@ -99,6 +99,12 @@ def test_weighted_pick_is_equal_weight_score_on_normalised_objectives_and_knee_i
     assert pick_index(imp, div, bounds, "weighted") == 1
     # distance to the chord (1, 0.6)-(0, 0), times its length: 0, 0.24, 0.25, 0 -> point 2
     assert pick_index(imp, div, bounds, "knee") == 2
+    # Algorithm 2 line 23: the least count std, whatever the importance -> point 3
+    assert pick_index(imp, div, bounds, "least-diversity") == 3
+    # Algorithm 34's weights: w * imp' - (1 - w) * div'; w = 0.9: 0.84, 0.78, 0.445, 0 -> point 0;
+    # w = 0.05: -0.52, -0.24, -0.0225, 0 -> point 3; each by a margin of >= 0.02
+    assert pick_index(imp, div, bounds, "weighted", weight=0.9) == 0
+    assert pick_index(imp, div, bounds, "weighted", weight=0.05) == 3
 
 
 def test_hypervolume_known_values_and_normalisation():

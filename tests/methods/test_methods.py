@@ -34,7 +34,7 @@ def test_a_method_key_is_checked_by_its_owner_in_one_line_whichever_method_runs(
     with pytest.raises(ConfigError, match=r"^sima-tau = 0.0 is out of range$"):
         RunConfig.from_mapping({**default_config(), "aggregation": "fedpia", "sima-tau": 0.0})
     with pytest.raises(ConfigError, match=r"^optimizer-pick = 'best' is unknown; choose one of "
-                                          r"weighted, knee$"):
+                                          r"weighted, knee, least-diversity$"):
         RunConfig.from_mapping({**default_config(), "strategy": "lntk", "optimizer-pick": "best"})
     with pytest.raises(ConfigError, match=r"^unknown run-config key 'fedpia-gama' \(= 2\)$"):
         RunConfig.from_mapping({**default_config(), "fedpia-gama": 2})

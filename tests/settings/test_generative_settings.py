@@ -29,7 +29,8 @@ TARGET = {"minilm-effnet": "query", "tiny-vilt": "query", "hf-encoder": "query",
 SETTINGS = [("adapter", "layer"), ("adapter", "pq-lora"), ("model-sizes", "large"), ("vlm-layers", "vision"),
             ("vlm-layers", "both"), ("max-new-tokens", 5), ("dtype", "bfloat16"), ("quantization", "4bit"),
             ("gradient-checkpointing", True), ("lora-targets", "<valid>"), ("lora-targets", "<valid>,nope"),
-            ("head", "shared"), ("score-mode", "logit"), ("num-blocks", 2), ("lora-rank", 4)]
+            ("head", "shared"), ("head", "frozen"), ("score-mode", "logit"), ("num-blocks", 2),
+            ("lora-rank", 4)]
 
 
 @pytest.fixture(scope="module")
@@ -55,6 +56,8 @@ def expected_to_act(kind: str, key: str, value: object) -> bool:
         return generator
     if key == "quantization":  # acts on a CUDA device (settings.local refuses 4bit off CUDA on its own)
         return kind in ("hf-generator", "blip2")
+    if key == "head" and value == "frozen":  # a generator's projector stays as loaded; a drawn head trains
+        return generator
     if key in ("head", "score-mode"):
         return not generator
     return False  # num-blocks with adapter = "lora"; a lora-targets name that matches nothing
@@ -81,7 +84,7 @@ def apply_setting(kind: str, name: str, key: str, value: object, cache: dict):
                          max_new_tokens=config.max_new_tokens, dtype=config.dtype,
                          gradient_checkpointing=config.gradient_checkpointing,
                          lora_targets=targets, num_blocks=config.num_blocks,
-                         lora_rank=config.lora_rank)
+                         lora_rank=config.lora_rank, frozen_head=config.head == "frozen")
     return model, value
 
 
@@ -107,6 +110,8 @@ def assert_acts(kind: str, model, key: str, value: object, default) -> None:
         assert adapted == {value}
     elif key == "lora-rank":
         assert {p.shape[0] for n, p in model.named_parameters() if "lora_A" in n} == {value}
+    elif key == "head" and value == "frozen":
+        assert model.personal_prefixes == () and not tasks.get_personal_state(model)
     elif key == "head":
         assert model.shared_head
     elif key == "model-sizes":
@@ -169,7 +174,8 @@ def test_build_model_refuses_a_shared_head_on_a_generator_instead_of_dropping_it
                                                      ("tiny-vilt", "dtype", "bfloat16"),
                                                      ("tiny-vilt", "gradient-checkpointing", True),
                                                      ("tiny-vilt", "lora-targets", "query,nope"),
-                                                     ("tiny-vilt", "num-blocks", 2)])
+                                                     ("tiny-vilt", "num-blocks", 2),
+                                                     ("tiny-vilt", "eval-answers", "closed-set")])
 def test_plan_run_refuses_before_round_1(model, key, value, tmp_path):
     config = RunConfig.from_mapping({**default_config(), "model": model, "dataset": "synthetic",
                                      key: value, "results-dir": str(tmp_path)})

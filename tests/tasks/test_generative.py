@@ -10,6 +10,7 @@ from __future__ import annotations
 import contextlib
 import importlib.util
 import io
+from dataclasses import replace
 from functools import partial
 
 import numpy as np
@@ -397,3 +398,37 @@ def test_a_qwen2_vl_checkpoint_without_torchvision_is_one_line(tmp_path):
     folder = save_qwen2vl(tmp_path / "qwen")
     code, _, err = simulate("--run-config", f"model='hf:{folder}' {RUN} results-dir='{tmp_path}'")
     assert code == 2 and "need torchvision" in one_line(err)
+
+
+@pytest.mark.parametrize("family", EVERY)
+def test_closed_set_scores_are_each_answers_summed_token_log_likelihood(family, partition, checkpoints, qwen,
+                                                                        monkeypatch):
+    """Oracle: one row per (sample, answer) through the plain forward, the answer's tokens' log-
+    probabilities summed by hand (stop token excluded). The one-row-per-sample pass (first tokens
+    from where the prompt ends, with the template's shared opening run once from a cache where
+    the family allows it) must give the same numbers."""
+    model = family_model(family, partition, checkpoints, qwen, monkeypatch)
+    samples = partition.test[:3]
+    expected = torch.zeros(len(samples), len(model.answers))
+    with torch.no_grad():
+        for k in range(len(model.answers)):
+            batch = model.collate([replace(s, target=k) for s in samples])
+            logp = model(batch).float().log_softmax(-1)
+            for i in range(len(samples)):
+                answer = (batch["labels"][i] != IGNORE).nonzero().flatten()[:-1]
+                expected[i, k] = logp[i, answer - 1, batch["labels"][i, answer]].sum()
+    assert torch.allclose(model.answer_scores(samples), expected, atol=1e-4), family
+
+
+def test_closed_set_runs_the_templates_shared_opening_once(partition, checkpoints, monkeypatch):
+    """The prefix is real (the chat template's opening tokens, before the image) and changes no score."""
+    model = generator(f"hf:{checkpoints['llava']}", partition)
+    samples = partition.test[:4]
+    emb = model.embed(model.collate(samples))
+    size = model._shared_prefix(emb, emb["first"])
+    image = model.backbone.config.image_token_id
+    assert 0 < size <= int((emb["input_ids"][0] == image).nonzero()[0])
+    cached = model.answer_scores(samples)
+    monkeypatch.setattr(model, "_shared_prefix", lambda emb, first: 0)
+    assert torch.allclose(cached, model.answer_scores(samples), atol=1e-5)
+

@@ -11,6 +11,7 @@ Most tests use a two-block slice of the decoder (same code, a fifteenth of the b
 from __future__ import annotations
 
 import importlib.util
+from dataclasses import replace
 from functools import partial
 
 import numpy as np
@@ -21,6 +22,7 @@ import tasks
 from methods.fedpia import combine as client_pia
 from tasks.data import Sample, load_partition
 from tasks.models import smol_llava
+from tasks.models.generative import normalize_answer
 from tasks.mosaic.modules import MosaicLinear
 from tests.helpers.runs import trained_rounds
 from tests.tasks.test_generative import assert_exact_match_rates, one_line, simulate
@@ -224,3 +226,24 @@ def test_a_missing_wheel_stops_the_run_before_round_1_with_the_install_command(m
     code, _, err = simulate("--run-config", f"model='smol-llava' results-dir='{tmp_path}'")
     assert code == 2 and smol_llava.INSTALL in one_line(err)
     assert not list(tmp_path.glob("*/rounds.jsonl"))
+
+
+def test_closed_set_accuracy_equals_generated_exact_match_on_a_model_trained_to_answer(partition, sliced):
+    """Planted: the two-block slice trained until it says a planted answer to each of 4 questions,
+    the right one for half of them and another answer of the vocabulary for the rest ("teal", two
+    tokens, among them). The closed-set choice (`GenerativeVLM.answer_scores`) must name the
+    generated answer for every question, so closed-set accuracy = exact match = 1/2."""
+    model = build(partition)
+    test = load_partition("easy-vqa", 0, 3, "iid", seed=0, max_train=16, max_test=8).test
+    samples = [test[i] for i in (0, 1, 6, 7)]
+    planted = [s if i % 2 == 0 else replace(s, target=(int(s.target) + 1) % len(model.answers))
+               for i, s in enumerate(samples)]
+    tasks.train(model, planted, np.ones(len(model.layer_names), dtype=bool), steps=40, batch_size=4, lr=3e-3,
+                head_lr=3e-3, seed=0)
+    said = [normalize_answer(a) for a in model.generate_answers(samples)]
+    assert said == [model.answers[int(s.target)] for s in planted]  # the model was trained to answer
+    assert "teal" in said
+    assert [model.answers[k] for k in model.answer_scores(samples).argmax(1).tolist()] == said
+    result = tasks.evaluate(model, samples, answers="both")
+    assert result["accuracy"] == result["exact-match"] == 0.5
+    assert all(result[f"accuracy-{q}"] == result[f"exact-match-{q}"] for q in {s.qtype for s in samples})
