@@ -28,10 +28,10 @@ import json
 import os
 import shlex
 import sys
-import time
 import tomllib
 from pathlib import Path
 
+import methods
 from experiments.sweep import incomplete
 from flower_compat import check_version
 from settings import PROJECT_ROOT, ConfigError, RunConfig, check_here, default_config, describe, parse_budgets
@@ -40,6 +40,15 @@ from settings.local import available_cores
 SERVER_APP = "server_app.app:app"
 CLIENT_APP = "client_app.app:app"
 ENGINES = ("ray", "in-process")
+
+
+def settings_help() -> str:
+    """The registered methods and every key a method or a section owns, from their declarations."""
+    lines = [f"strategies: {', '.join(methods.SELECTIONS)}",
+             f"aggregations: {', '.join(methods.AGGREGATIONS)}"]
+    for owner in RunConfig.owners():
+        lines += [f"  {line}" for line in owner.describe()]
+    return "\n".join(["run-config keys owned by a method or a section:", *lines])
 
 
 def load_overrides(config_file: str | None, run_config: list[str]) -> dict[str, object]:
@@ -68,7 +77,7 @@ def resolve(overrides: dict[str, object]) -> RunConfig:
     values = {**default_config(), **overrides}
     config = RunConfig.from_mapping(values)
     if not config.run_name and not config.resume_from:
-        values["run-name"] = f"{config.strategy}-{config.optimizer}-{time.strftime('%Y%m%d-%H%M%S')}"
+        values["run-name"] = config.default_run_name()
     values["progress-bar"] = True
     return RunConfig.from_mapping(values)
 
@@ -242,7 +251,8 @@ def attach_once(address: str, client_cpus: float, client_gpus: float, shared: Pa
 
 def main(argv: list[str] | None = None) -> int:
     argv = sys.argv[1:] if argv is None else argv
-    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0], epilog=settings_help(),
+                                     formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--config", help="TOML file of run-config keys (e.g. conf/task1-hetero.toml)")
     parser.add_argument("--run-config", action="append", default=[],
                         help='overrides, e.g. "strategy=\'lntk\' num-server-rounds=3"')

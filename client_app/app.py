@@ -126,7 +126,7 @@ def evaluate(msg: Message, context: Context) -> Message:
                                setup.config.seed * 1_000_003 + (server_round + 1) * 1_009
                                + setup.partition_id)
         eigenvalues = tasks.score_layers(setup.model, batch, scorer=scorer, mode=str(config["score-mode"]),
-                                         piece_size=setup.config.batch_size)  # memory of a training step
+                                         piece_size=setup.config.training.batch_size)  # a step's memory
     reply["scores"] = MetricRecord({
         "eigenvalues": [float(v) for v in eigenvalues],
         "budget": resolve_budget(setup, context),
@@ -144,11 +144,12 @@ def _evaluation(setup: ClientSetup, server_round: int) -> dict:
     answers = setup.config.eval_answers
     if answers == "closed-set" and server_round == setup.config.num_server_rounds:
         answers = "both"
-    metrics = tasks.evaluate(setup.model, setup.partition.test, batch_size=max(64, setup.config.batch_size),
-                             device=setup.device, answers=answers)
+    metrics = tasks.evaluate(setup.model, setup.partition.test,
+                             batch_size=max(64, setup.config.training.batch_size), device=setup.device,
+                             answers=answers)
     metrics["num-examples"] = int(metrics.pop("num_examples"))
     metrics["partition-id"] = setup.partition_id
-    from client_app.mosaic import others_metrics
+    from client_app.others import others_metrics
 
     metrics.update(others_metrics(setup, server_round))
     if setup.partition.task == "vqa":

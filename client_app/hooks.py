@@ -1,13 +1,13 @@
 """The client-hook protocol: a method's work in one train step, called by `client_app.app.train`
 without knowing which method runs.
 
-An aggregation's registry entry (`methods.base.Aggregation.client`) names a factory
+An aggregation's registry entry (`methods.base.Aggregation.client`) loads a factory
 ``(TrainStep, settings) -> ClientHook | None``; None (or no factory) is plain local training. The
 train step calls, in order: the factory once the global adapters and the client's stored state are
 loaded; `ClientHook.training` around local training, with `ClientHook.on_batch` seeing every batch;
 `ClientHook.finish` with the trained adapters, the personal state to store and the reply metrics.
-FedPIA's client-level PIA (`client_app.pia`) uses training + finish, SIMA's gradient tracker
-(`client_app.mosaic`) on_batch + finish.
+FedPIA's client-level PIA (`methods.fedpia.client`) uses training + finish, SIMA's gradient tracker
+(`methods.sima.client`) on_batch + finish.
 """
 
 from __future__ import annotations
@@ -20,7 +20,6 @@ from typing import Any
 import numpy as np
 from flwr.app import Context
 
-import methods
 from client_app.runtime import ClientSetup
 from strategies.records import State
 
@@ -60,5 +59,5 @@ def client_hook(step: TrainStep) -> ClientHook:
     """The hook of this run's aggregation (its registry entry's factory), or the plain base."""
     config = step.setup.config
     factory = config.method.client
-    hook = methods.resolve(factory)(step, config.method_settings) if factory else None
+    hook = factory()(step, config.method_settings) if factory else None
     return hook if hook is not None else ClientHook()

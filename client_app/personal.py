@@ -15,7 +15,7 @@ therefore repeats round r from the round r-1 head, exactly as the first time, in
 an already-trained head again. Writes go to a temporary file first and are then renamed, so a crash
 never leaves a torn file.
 
-The same file may carry the client's own LoRA adapters (FedPIA's client-level PIA, `client_app.pia`)
+The same file may carry the client's own LoRA adapters (FedPIA's client-level PIA, `methods.fedpia.client`)
 under keys prefixed ``LOCAL``: `load_personal` leaves them out, `load_local_adapters` returns them.
 """
 

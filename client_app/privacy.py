@@ -1,4 +1,4 @@
-"""A client's side of ``dp = "sample"`` (issue 39): its DP-SGD plan, the ε it has spent, sitting out.
+"""A client's side of ``dp = "sample"``: its DP-SGD plan, the ε it has spent, sitting out.
 
 The plan (σ for ``dp-epsilon`` over ``dp-rounds`` (default every round) × ``local-steps`` at
 q = ``batch-size`` / n, `tasks.privacy.plan`) depends only on the run config and the client's n, so
@@ -71,7 +71,7 @@ class SampleBudget:
         check_delta(setup)
         rounds = privacy.rounds or config.num_server_rounds
         sample_plan = plan(privacy.epsilon, privacy.delta, privacy.clip, len(setup.partition.train),
-                           config.batch_size, rounds * config.local_steps)
+                           config.training.batch_size, rounds * config.training.local_steps)
         history = np.asarray(stored.get(DP_HISTORY, np.zeros((0, 3))), dtype=np.float64).reshape(-1, 3)
         return cls(sample_plan, history)
 

@@ -21,7 +21,6 @@ from client_app.personal import load_personal
 from flower_compat import check_version
 from settings import ConfigError, RunConfig, check_fits
 from settings.config import group_of
-from tasks.names import DP_HISTORY, SIMA_VECTOR
 
 BUDGET_KEY = "layer-budget"  # context.state record: the budget this node last reported
 
@@ -102,12 +101,12 @@ def load_global(
     setup: ClientSetup, context: Context, state: dict[str, np.ndarray], run_dir: str, *, before: int
 ) -> dict[str, np.ndarray]:
     """Load the global adapters and this client's own newest personal state from a round < `before`;
-    return that stored state (with entries that are no model parameter: SIMA's vector, the DP-SGD
-    history of `client_app.privacy`)."""
+    return that stored state (with the entries that are no model parameter, which a method's client
+    hook or `client_app.privacy` keep there)."""
     tasks.set_layer_state(setup.model, state)
     personal = load_personal(context, run_dir, before=before) or setup.initial_personal
-    tasks.set_personal_state(setup.model, {k: v for k, v in personal.items()
-                                           if k not in (SIMA_VECTOR, DP_HISTORY)})
+    parameters = set(tasks.personal_parameter_names(setup.model))
+    tasks.set_personal_state(setup.model, {k: v for k, v in personal.items() if k in parameters})
     return personal
 
 
@@ -122,7 +121,7 @@ def resolve_budget(setup: ClientSetup, context: Context) -> int:
     value = setup.node.budget if setup.node.budget is not None else num_layers
     check_fits(value, num_layers, f"{setup.node.budget_source} = {value!r}")
     if value == "auto":
-        value = tasks.estimate_budget(setup.model, setup.config.batch_size, setup.device)
+        value = tasks.estimate_budget(setup.model, setup.config.training.batch_size, setup.device)
     context.state[BUDGET_KEY] = ConfigRecord({"budget": int(value)})
     return int(value)
 

@@ -23,7 +23,7 @@ from itertools import islice
 
 import numpy as np
 
-from strategies.aggregation.fedpia import integrate_adapter, integration_passes
+from methods.fedpia.server import integrate_adapter, integration_passes
 
 CAPS = (1, 2, 3, 5, 10)
 

@@ -33,9 +33,11 @@ from pathlib import Path
 
 import numpy as np
 
+import methods
 from experiments.sweep import EXPERIMENT_FILE, RUNS, is_complete
-from methods import optimises
+from methods import SELECTIONS, optimises
 from settings import parse_budgets
+from tasks.names import LNTK
 
 MB = 1e6
 
@@ -67,7 +69,7 @@ class Run:
     @property
     def group(self) -> str:
         """Table row: the strategy, or ``f3ocus-<optimizer>``."""
-        return f"{self.strategy}-{self.config['optimizer']}" if optimises(self.strategy) else self.strategy
+        return methods.label(self.strategy, self.config["optimizer"])
 
     def final_clients(self) -> list[dict]:
         last = max(r["round"] for r in self.clients)
@@ -218,7 +220,7 @@ def _main_groups(runs: Sequence[Run], info: dict) -> list[str]:
     """Strategies in sweep order; F3OCUS with the config's own optimiser."""
     opt = info.get("optimizer") or next((r.config["optimizer"] for r in runs if optimises(r.strategy)), "")
     order = info.get("strategies") or sorted({r.strategy for r in runs})
-    return [f"{s}-{opt}" if optimises(s) else s for s in order]
+    return [methods.label(s, opt) for s in order]
 
 
 def _header(experiment_dir: Path, info: dict, runs: Sequence[Run], incomplete: Sequence[str]) -> str:
@@ -488,21 +490,29 @@ def write_table(path: Path, rows: Table) -> Path:
     return path
 
 
+def own_lntk_top_k(strategy: str) -> bool:
+    """Does ``strategy`` give each client the top-k of its own LNTK scores (F3OCUS without the server
+    step, the histogram's other side)?"""
+    entry = SELECTIONS.get(strategy)
+    return bool(entry and entry.scorer == LNTK and not entry.optimises)
+
+
 def figure_tables(runs: Sequence[Run], groups: Sequence[str]) -> dict[str, Table]:
     """The table of every figure whose runs exist, by figure stem."""
     tables = {"convergence": per_round_table(runs, groups, "train", "train_loss")}
     if any("accuracy" in r.get("evaluate", {}) for run in runs for r in run.rounds):  # VQA clients
         tables["accuracy"] = per_round_table(runs, groups, "evaluate", "accuracy", 100.0)
-    f3 = [g for g in groups if g.startswith("f3ocus-")]
+    f3 = [g for g in groups if g in {r.group for r in runs if optimises(r.strategy)}]
+    own = [g for g in groups if g in {r.group for r in runs if own_lntk_top_k(r.strategy)}]
     f3_run = _first(runs, f3[0]) if f3 else None
-    lntk_run = f3_run or _first(runs, "lntk")
+    lntk_run = f3_run or (_first(runs, own[0]) if own else None)
     if lntk_run is not None:
         tables["eigenvalues"] = eigenvalue_table(lntk_run, lntk_run.config["layer-names"])
     if f3_run is not None:
         tables["layer_ranks"] = layer_rank_table(f3_run)
         if f3_run.fronts:
             tables["pareto_front"] = front_table(f3_run)
-    lntk_runs = [r for r in runs if r.group == "lntk"]
+    lntk_runs = [r for r in runs if own and r.group == own[0]]
     f3_runs = [r for r in runs if f3 and r.group == f3[0]]
     if lntk_runs and f3_runs:
         tables["selection_histogram"] = histogram_table(lntk_runs, f3_runs,

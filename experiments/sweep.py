@@ -28,7 +28,7 @@ from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
 from pathlib import Path
 
-from methods import optimises
+from methods import label
 from settings import PROJECT_ROOT, ConfigError, RunConfig
 
 RUNS, CONFIGS, LOGS = "runs", "configs", "logs"
@@ -45,9 +45,7 @@ class RunSpec:
 
     @property
     def name(self) -> str:
-        if optimises(self.strategy):
-            return f"{self.strategy}-{self.optimizer}-s{self.seed}"
-        return f"{self.strategy}-s{self.seed}"
+        return f"{label(self.strategy, self.optimizer)}-s{self.seed}"
 
 
 def parse_list(option: str, text: str, kind: type = str) -> list:

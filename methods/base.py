@@ -1,24 +1,23 @@
-"""What a registry entry is made of: a method's own settings (a frozen dataclass parsed from the flat
-run config) and the two kinds of entry, `Aggregation` and `Selection`, whose heavy parts are named
-lazily as ``"module:attr"`` strings (as transformers' Auto maps) and loaded on first use by `resolve`.
+"""What a method package declares: its own settings (a frozen dataclass parsed from the flat run
+config) and its registry entry, an `Aggregation` or a `Selection`.
 
-This module imports nothing of the project but `tasks.names` (its ``"module:attr"`` loader `resolve`,
-the models' and data sets' too), so `settings` (read by both apps, also in a deployed
-ClientApp that must stay light) can parse every method's keys; the strings point up to
-`strategies` and `client_app` by name only. A bad value raises ValueError with one line naming the
-key and the value; `settings.config` turns it into a `settings.ConfigError`.
+This module imports nothing of the project at module level (`metaheuristics` only when a rule
+selects), so `settings` (read by both apps, also in a deployed ClientApp that must stay light) can
+parse every method's keys. An entry reaches its heavy parts (server step, client hook) through
+loader functions whose body imports them: an editor and the import checks follow them, and nothing
+heavy loads until a run uses the method. A bad value raises ValueError with one line naming the key
+and the value; `settings.config` turns it into a `settings.ConfigError`.
 """
 
 from __future__ import annotations
 
-from collections.abc import Callable, Iterable, Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field, fields
 from typing import Any
 
-from tasks.names import load_attr as resolve
+import numpy as np
 
 KINDS = {"int": int, "float": float, "str": str, "bool": bool}
-
 
 def check_value(key: str, value: object, kind: str, choices: Sequence[object] = (),
                 low: float | None = None, high: float | None = None, strict_low: bool = False) -> object:
@@ -36,10 +35,11 @@ def check_value(key: str, value: object, kind: str, choices: Sequence[object] = 
 
 
 def setting(default: object, key: str, *, choices: Sequence[object] = (), low: float | None = None,
-            high: float | None = None, strict_low: bool = False) -> Any:
-    """A settings field: its run-config `key`, default (pyproject.toml holds the same) and checks."""
+            high: float | None = None, strict_low: bool = False, help: str = "") -> Any:
+    """A settings field, declared once: its run-config `key`, default (pyproject.toml holds the same,
+    where Flower reads it), checks and one line of help (``--help``)."""
     return field(default=default, metadata={"key": key, "choices": tuple(choices), "low": low,
-                                            "high": high, "strict_low": strict_low})
+                                            "high": high, "strict_low": strict_low, "help": help})
 
 
 @dataclass(frozen=True)
@@ -59,9 +59,23 @@ class MethodSettings:
             key = f.metadata["key"]
             if key not in values:
                 raise ValueError(f"run-config key {key!r} is missing")
-            kwargs[f.name] = check_value(key, values[key], str(f.type), f.metadata["choices"],
+            kind = f.type if isinstance(f.type, str) else f.type.__name__  # postponed annotations or not
+            kwargs[f.name] = check_value(key, values[key], kind, f.metadata["choices"],
                                          f.metadata["low"], f.metadata["high"], f.metadata["strict_low"])
         return cls(**kwargs)
+
+    @classmethod
+    def describe(cls) -> list[str]:
+        """One line per key: ``key = default (choices or range): help``."""
+        lines = []
+        for f in fields(cls):
+            meta = f.metadata
+            low = "" if meta["low"] is None else f"{meta['low']} {'<' if meta['strict_low'] else '<='} "
+            high = "" if meta["high"] is None else f" <= {meta['high']}"
+            limits = " | ".join(map(str, meta["choices"])) or (f"{low}x{high}" if low or high else "")
+            lines.append(f"{meta['key']} = {f.default!r}" + (f" ({limits})" if limits else "")
+                         + f": {meta['help']}")
+        return lines
 
     def to_dict(self) -> dict[str, object]:
         return {f.metadata["key"]: getattr(self, f.name) for f in fields(self)}
@@ -72,21 +86,25 @@ class MethodSettings:
 
     def extra_release(self) -> str:
         """What the method does with a client's data beyond training the adapters it sends, which a
-        differential-privacy guarantee of those adapters does not cover ("" = nothing; issue 39)."""
+        differential-privacy guarantee of those adapters does not cover ("" = nothing)."""
         return ""
+
+
+Pick = Callable[[np.ndarray, Sequence[int], int], np.ndarray]
+"""(scores (N, L), budgets (N,), seed) -> masks (N, L) bool: a rule's own choice of layers."""
 
 
 @dataclass(frozen=True)
 class Aggregation:
-    """One aggregation method: its run-config name, its server step (an `Aggregator`,
-    `strategies.aggregation.types`, bound with ``settings.server_keywords``), its settings, its
-    client hook factory (``(client_app.hooks.TrainStep, settings) -> ClientHook | None``; None: plain
-    local training) and what it needs of the model and the run config."""
+    """One aggregation method: its run-config name, a loader of its server step (an `Aggregator`,
+    `strategies.aggregation.types`, bound with ``settings.server_keywords``), its settings, a loader
+    of its client hook factory (``(client_app.hooks.TrainStep, settings) -> ClientHook | None``;
+    None: plain local training) and what it needs of the model and the run config."""
 
     name: str
-    server: str
+    server: Callable[[], Callable[..., Any]]
     settings: type[MethodSettings] = MethodSettings
-    client: str | None = None
+    client: Callable[[], Callable[..., Any]] | None = None
     needs_gated_model: bool = False
     """The model carries a frozen global branch beside the local one (FedMosaic's gate, Eq. 9)."""
     adapters: tuple[str, ...] = ()
@@ -111,37 +129,62 @@ class Aggregation:
         """The server step with this run's settings bound (the bare function when it has none)."""
         from functools import partial, update_wrapper
 
-        step = resolve(self.server)
+        step = self.server()
         keywords = settings.server_keywords(config)
         return update_wrapper(partial(step, **keywords), step) if keywords else step
 
 
 @dataclass(frozen=True)
 class Selection:
-    """One selection rule: its run-config name, its builder (``(name, optimizer, settings mapping)
-    -> strategies.selection.rule.SelectionRule``; the rule says which score clients compute), its
-    settings and how clients treat its masks."""
+    """One selection rule as data: which score the clients compute (``scorer``, a `tasks.scores`
+    name; None: none, the clients only report their budgets) and how the server turns scores and
+    budgets into masks: its own ``pick``, a fixed `metaheuristics.optimize` ``algorithm``, or
+    (``optimises``) the run's ``optimizer`` with the settings' ``server_keywords``."""
 
     name: str
-    rule: str
+    scorer: str | None = None
+    pick: Pick | None = None
+    algorithm: str | None = None
     settings: type[MethodSettings] = MethodSettings
+    optimises: bool = False
+    """The server runs the ``optimizer`` search (F3OCUS §5), so a run and its table row are labelled
+    with the optimiser too (``f3ocus-nsga2``)."""
     needs_budget: bool = True
-    """False: every client trains every layer whatever its budget (the budget-free reference)."""
+    """False: every client trains its mask whatever its budget (the budget-free reference)."""
     trains_adapter: bool = True
     """False: every mask is empty, only the clients' heads train (the lower reference)."""
-    optimises: bool = False
-    """True: the server runs the ``optimizer`` search (F3OCUS §5), so a run and its table row are
-    labelled with the optimiser too (``f3ocus-nsga2``)."""
+
+    def __post_init__(self) -> None:
+        if (self.pick is not None) + (self.algorithm is not None) + self.optimises != 1:
+            raise ValueError(f"selection {self.name!r} needs exactly one of pick, algorithm, optimises")
+
+    def select(self, scores: np.ndarray, budgets: Sequence[int], seed: int, optimizer: str = "nsga2",
+               params: Mapping[str, object] | None = None) -> tuple[np.ndarray, Any]:
+        """Masks (N, L) for this round's clients, and the optimiser's `metaheuristics.Assignment`
+        (None when the rule picks by itself)."""
+        if self.pick is not None:
+            return self.pick(scores, budgets, seed), None
+        from metaheuristics import optimize
+
+        algorithm = optimizer if self.optimises else self.algorithm
+        assignment = optimize(scores, budgets, algorithm=algorithm, seed=seed,
+                              **(dict(params or {}) if self.optimises else {}))
+        return assignment.masks, assignment
 
 
-def registry(entries: Iterable[Aggregation | Selection]) -> dict[str, Any]:
-    """Name -> entry, refusing a name twice."""
-    out: dict[str, Any] = {}
+AGGREGATIONS: dict[str, Aggregation] = {}
+"""``aggregation``: how the updates of a round are combined; filled by the method packages."""
+SELECTIONS: dict[str, Selection] = {}
+"""``strategy``: which layers each client trains; filled by the method packages."""
+
+
+def register(*entries: Aggregation | Selection) -> None:
+    """Add a method package's entries to their registry, refusing a name given twice."""
     for entry in entries:
-        if entry.name in out:
+        table: dict[str, Any] = AGGREGATIONS if isinstance(entry, Aggregation) else SELECTIONS
+        if table.get(entry.name, entry) is not entry:
             raise ValueError(f"registry name {entry.name!r} is given twice")
-        out[entry.name] = entry
-    return out
+        table[entry.name] = entry
 
 
 def lookup(table: Mapping[str, Any], key: str, name: str) -> Any:
@@ -149,4 +192,3 @@ def lookup(table: Mapping[str, Any], key: str, name: str) -> Any:
     if name not in table:
         raise ValueError(f"{key} = {name!r} is unknown; choose one of {', '.join(table)}")
     return table[name]
-

@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import os
-import time
 from dataclasses import dataclass, field
 from logging import ERROR, INFO, WARNING, getLogger
 from pathlib import Path
@@ -33,8 +32,7 @@ def run_directory(config: RunConfig) -> Path:
     if config.resume_from:
         path = Path(config.resume_from)
     else:
-        name = config.run_name or f"{config.strategy}-{config.optimizer}-{time.strftime('%Y%m%d-%H%M%S')}"
-        path = Path(config.results_dir) / name
+        path = Path(config.results_dir) / (config.run_name or config.default_run_name())
     return path.expanduser().resolve()
 
 
@@ -56,7 +54,7 @@ def plan_run(config: RunConfig) -> RunPlan:
 
     Budgets are indexed by partition id and cycled (`settings.budgets`), so any number of
     clients is fine; on the Deployment Engine sites may declare ``layer-budget`` themselves.
-    The model is built without its base weights (``model_spec(client=False)``, issue 35): an
+    The model is built without its base weights (``model_spec(client=False)``): an
     ``hf:<dir>`` needs only its config.json here, and the server holds no more than the adapters.
     """
     check_model_here(config.model)
@@ -66,7 +64,7 @@ def plan_run(config: RunConfig) -> RunPlan:
         from tasks.models import check_model_settings  # torch: only once a model is built
 
         check_model_settings(config.model, model, config.quantization, config.head == "shared",
-                             config.score_mode, adapter=config.adapter, vlm_layers=config.vlm_layers,
+                             config.scoring.mode, adapter=config.adapter, vlm_layers=config.vlm_layers,
                              max_new_tokens=config.max_new_tokens, dtype=config.dtype,
                              gradient_checkpointing=config.gradient_checkpointing,
                              lora_targets=model.lora_targets, num_blocks=config.num_blocks,
@@ -159,12 +157,12 @@ def build_strategy(config: RunConfig, num_layers: int, recorder: Recorder,
         rule, num_layers,
         aggregator=aggregator_for(config, accountant),
         accountant=accountant,
-        train_config={"local-steps": config.local_steps, "batch-size": config.batch_size,
-                      "head-lr": config.head_lr, "weight-decay": config.weight_decay},
-        score_config={"score-mode": config.score_mode, "score-batch-size": config.score_batch_size},
+        train_config={"local-steps": config.training.local_steps, "batch-size": config.training.batch_size,
+                      "head-lr": config.training.head_lr, "weight-decay": config.training.weight_decay},
+        score_config={"score-mode": config.scoring.mode, "score-batch-size": config.scoring.batch_size},
         common_config={"run-dir": str(recorder.run_dir)},
-        lr_schedule=lambda r: tasks.round_lr(config.lr, r, config.num_server_rounds,
-                                             config.warmup_fraction),
+        lr_schedule=lambda r: tasks.round_lr(config.training.lr, r, config.num_server_rounds,
+                                             config.training.warmup_fraction),
         fraction_train=config.fraction_train,
         fraction_evaluate=config.fraction_evaluate,
         min_nodes=config.min_nodes,

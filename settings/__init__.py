@@ -1,7 +1,7 @@
 """Run settings that both apps read: the typed run config, layer budgets and the checks of both.
 
 Neither `server_app` nor `client_app` is imported here, and each of them may import this package,
-so the client does not depend on the server's code (issue 15). `settings.config` checks values
+so the client does not depend on the server's code. `settings.config` checks values
 without touching the machine; `settings.local` checks what depends on it (folders, devices).
 """
 

@@ -14,6 +14,7 @@ entry checks what it needs of the run (e.g. SIMA's adapters, the group oracle's 
 from __future__ import annotations
 
 import re
+import time
 import tomllib
 from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, field, fields
@@ -25,19 +26,19 @@ from methods.base import Aggregation, MethodSettings, Selection, check_value
 from settings.budgets import parse_budgets
 from settings.errors import ConfigError
 from settings.privacy import PrivacySettings
+from settings.sections import ScoringSettings, TrainingSettings
 from tasks.data import registry as data_registry
 from tasks.data.mixed import PREFIX as MIXED_PREFIX
 from tasks.data.mixed import parse_mixed
 from tasks.data.partition import parse_partitioner
 from tasks.models import registry as model_registry
-from tasks.names import ADAPTERS, DTYPES, SCORE_MODES, VLM_LAYERS, parse_name
+from tasks.names import ADAPTERS, DTYPES, VLM_LAYERS, parse_name
 
 PROJECT_ROOT = Path(__file__).resolve().parent.parent
 OPTIMIZERS = SEARCHES  # the optimising algorithms, not the references (topk, random, last)
 CHOICES = {
     "optimizer": OPTIMIZERS,
     "adapter": ADAPTERS,
-    "score-mode": SCORE_MODES,
     "vlm-layers": VLM_LAYERS,
     "dtype": DTYPES,
     "quantization": ("none", "4bit"),
@@ -46,17 +47,15 @@ CHOICES = {
     "group-conflict": ("none", "answers"),
 }
 """The run-wide keys' choices; ``strategy`` and ``aggregation`` are the registries' names (`methods`),
-and each method's own keys are checked by its settings dataclass (`methods.options`)."""
+and each method's own keys are checked by its settings dataclass (in its `methods` package)."""
 # (low, high) bounds; None = unbounded on that side
 BOUNDS = {
     "num-server-rounds": (1, None), "lora-rank": (1, None), "max-train-samples": (0, None),
-    "max-test-samples": (0, None), "local-steps": (1, None), "batch-size": (1, None),
-    "score-batch-size": (1, None), "min-nodes": (1, None), "lr": (0.0, None),
-    "head-lr": (0.0, None), "weight-decay": (0.0, None), "warmup-fraction": (0.0, 1.0),
-    "fraction-train": (0.0, 1.0), "fraction-evaluate": (0.0, 1.0), "round-timeout": (0.0, None),
+    "max-test-samples": (0, None), "min-nodes": (1, None), "fraction-train": (0.0, 1.0),
+    "fraction-evaluate": (0.0, 1.0), "round-timeout": (0.0, None),
     "seed": (0, None), "num-blocks": (1, None), "max-new-tokens": (0, None),
 }
-STRICT_LOW = ("lr", "head-lr", "round-timeout", "fraction-train")
+STRICT_LOW = ("round-timeout", "fraction-train")
 DEVICES = ("auto", "cpu", "cuda", "cuda:<i>", "mps")
 _DEVICE = re.compile(r"auto|cpu|mps|cuda(:\d+)?")
 
@@ -108,14 +107,6 @@ class RunConfig:
     max_train_samples: int
     max_test_samples: int
     budgets: str
-    local_steps: int
-    batch_size: int
-    lr: float
-    head_lr: float
-    weight_decay: float
-    warmup_fraction: float
-    score_mode: str
-    score_batch_size: int
     fraction_train: float
     fraction_evaluate: float
     min_nodes: int
@@ -151,8 +142,9 @@ class RunConfig:
     @staticmethod
     def owners() -> tuple[type[MethodSettings], ...]:
         """Every settings class beside the run-wide keys: the methods' (`methods.owners`) and
-        differential privacy's (`settings.privacy`), each owning its keys."""
-        return (*methods.owners(), PrivacySettings)
+        differential privacy's (`settings.privacy`), local training's and scoring's
+        (`settings.sections`), each owning its keys."""
+        return (*methods.owners(), PrivacySettings, TrainingSettings, ScoringSettings)
 
     @classmethod
     def keys(cls) -> tuple[str, ...]:
@@ -180,6 +172,10 @@ class RunConfig:
         parse_budgets(config.budgets)
         return config
 
+    def default_run_name(self) -> str:
+        """The run's folder name when ``run-name`` is empty: its strategy label and the start time."""
+        return f"{methods.label(self.strategy, self.optimizer)}-{time.strftime('%Y%m%d-%H%M%S')}"
+
     @property
     def method(self) -> Aggregation:
         """The registry entry of ``aggregation`` (`methods.AGGREGATIONS`)."""
@@ -206,6 +202,16 @@ class RunConfig:
     def privacy(self) -> PrivacySettings:
         """The ``dp-*`` settings (`settings.privacy`)."""
         return self.settings_of(PrivacySettings)
+
+    @property
+    def training(self) -> TrainingSettings:
+        """A client's local round (`settings.sections`)."""
+        return self.settings_of(TrainingSettings)
+
+    @property
+    def scoring(self) -> ScoringSettings:
+        """How clients score their layers (`settings.sections`)."""
+        return self.settings_of(ScoringSettings)
 
     @property
     def groups(self) -> list[int]:

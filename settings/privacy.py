@@ -1,4 +1,4 @@
-"""Differential privacy settings (issue 39), read by both apps: which unit a run protects and its budget.
+"""Differential privacy settings, read by both apps: which unit a run protects and its budget.
 
 ``dp = "sample"``: DP-SGD on each client (one training example is the unit; Opacus), its noise set
 from ``dp-epsilon``/``dp-delta`` over the planned rounds × local steps. ``dp = "client"``: DP-FedAvg
@@ -25,13 +25,20 @@ class PrivacySettings(MethodSettings):
     ``dp-max-epsilon = 0`` means the cap is ``dp-epsilon`` (``client``), and ``dp-rounds = 0`` plans the
     per-sample noise over every round."""
 
-    mode: str = setting("none", "dp", choices=MODES)
-    epsilon: float = setting(8.0, "dp-epsilon", low=0.0, strict_low=True)
-    delta: float = setting(0.0, "dp-delta", low=0.0, high=1.0)
-    clip: float = setting(1.0, "dp-clip", low=0.0, strict_low=True)
-    noise: float = setting(0.0, "dp-noise", low=0.0)
-    max_epsilon: float = setting(0.0, "dp-max-epsilon", low=0.0)
-    rounds: int = setting(0, "dp-rounds", low=0)
+    mode: str = setting("none", "dp", choices=MODES,
+                        help="the unit protected: none, sample (DP-SGD) or client (DP-FedAvg)")
+    epsilon: float = setting(8.0, "dp-epsilon", low=0.0, strict_low=True,
+                             help="ε, each client's (sample) or site's (client) budget")
+    delta: float = setting(0.0, "dp-delta", low=0.0, high=1.0,
+                           help="δ; 0 = 1/(10 n), n the protected units")
+    clip: float = setting(1.0, "dp-clip", low=0.0, strict_low=True,
+                          help="clip norm of an example's gradient (sample) or a site's update")
+    noise: float = setting(0.0, "dp-noise", low=0.0,
+                           help="client: noise multiplier z; 0 = the z that spends dp-epsilon")
+    max_epsilon: float = setting(0.0, "dp-max-epsilon", low=0.0,
+                                 help="client: stop before a round whose ε passes this; 0 = dp-epsilon")
+    rounds: int = setting(0, "dp-rounds", low=0,
+                          help="sample: rounds the noise is planned for (0 = num-server-rounds)")
     """``sample``: the rounds each client's noise is planned for (0 = ``num-server-rounds``); a client
     whose next round would pass ``dp-epsilon`` sits it out, so fewer planned rounds mean less noise
     per round and a budget spent before the run ends."""

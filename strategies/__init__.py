@@ -1,9 +1,10 @@
 """Flower strategies for layer-selecting federated fine-tuning (F3OCUS and baselines).
 
-A run has two independent axes, each a package of small modules registered in `methods`:
-- `strategies.selection` (`methods.SELECTIONS`): which layers each client trains (``strategy``);
-- `strategies.aggregation` (`methods.AGGREGATIONS`): how their updates are combined (``aggregation``).
-`strategies.layer_selection` is the one Flower strategy that runs a round with any pair of them.
+A run has two independent axes, each chosen from the method packages' registries (`methods`):
+which layers each client trains (``strategy``, `methods.SELECTIONS`, bound in `strategies.selection`)
+and how their updates are combined (``aggregation``, `methods.AGGREGATIONS`, the step's signature in
+`strategies.aggregation`). `strategies.layer_selection` is the one Flower strategy that runs a round
+with any pair of them.
 
 The public names load on first use (`lazy_loader`, SPEC 1): a client importing the wire format
 (`strategies.records`) does not import the server's strategy and its optimisers (pymoo, scipy).
@@ -12,7 +13,7 @@ The public names load on first use (`lazy_loader`, SPEC 1): a client importing t
 import lazy_loader
 
 __getattr__, __dir__, __all__ = lazy_loader.attach(__name__, submod_attrs={
-    "aggregation": ["Aggregate", "Aggregator", "ClientUpdate", "masked_fedavg"],
+    "aggregation": ["Aggregate", "Aggregator", "ClientUpdate"],
     "layer_selection": ["LayerSelectionStrategy", "RoundLog"],
     "selection": ["SelectionRule", "make_rule"],
     "validation": ["LayerReport", "Rejected"],

@@ -2,7 +2,7 @@
 
 Every check raises :class:`Rejected` with a one-line reason; the strategy logs it, records it in
 the round metrics and leaves that client out of the step, so one malformed or malicious reply
-cannot stop a round or corrupt the global adapters (issue 6: "bad input from clients").
+cannot stop a round or corrupt the global adapters.
 
 :func:`unique_by_node` also pairs replies with the messages sent: on the Deployment Engine the
 SuperLink answers for a node it lost (no heartbeat) with an error reply whose *source* is the

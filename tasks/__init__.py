@@ -12,7 +12,8 @@ import lazy_loader
 
 __getattr__, __dir__, __all__ = lazy_loader.attach(__name__, submod_attrs={
     "adapters": ["ADAPTERS", "freeze_except", "get_layer_state", "get_personal_state", "layer_of_key",
-                 "layer_parameter_names", "set_layer_state", "set_personal_state"],
+                 "layer_parameter_names", "personal_parameter_names", "set_layer_state",
+                 "set_personal_state"],
     "budget": ["estimate_budget"],
     "build": ["build_model"],
     "data": ["DATASETS", "PARTITIONERS", "Partition", "Sample", "load_partition", "majority_accuracy"],

@@ -13,7 +13,7 @@
 
 Shared state travels as {f"{layer_index}:{parameter_name}": np.ndarray}; personal state (head,
 image->text projection) as {parameter_name: np.ndarray} and is never averaged (supplement §C.3).
-With a shared head (run config ``head = "shared"``, issue 29) the answer head is shared state
+With a shared head (run config ``head = "shared"``) the answer head is shared state
 instead: unit L (one past the L selectable layers), trained and sent by every client each round.
 """
 

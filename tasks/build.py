@@ -29,7 +29,7 @@ def build_model(spec: ModelSpec, num_outputs: int, task: str = "vqa") -> Federat
     PQ-LoRA model has its A, B aligned to the ``base`` model of the same seed on public data
     (FedMosaic A.4, `tasks.mosaic.align`), the same computation on every client.
 
-    ``spec.base_weights=False`` (the coordinator, issue 35) reads an ``hf:<dir>`` backbone from its
+    ``spec.base_weights=False`` (the coordinator) reads an ``hf:<dir>`` backbone from its
     ``config.json`` only while the adapters and head are drawn exactly as here. It cannot serve
     ``adapter = "layer"`` (the trainable units are the checkpoint's own weights) or a ``large``
     model (aligned by running the base), which load the weights."""

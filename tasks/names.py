@@ -16,9 +16,11 @@ ADAPTERS: tuple[str, ...] = ("lora", "layer", "pq-lora")
 """Run setting ``adapter`` (`tasks.adapters.apply_adapter`)."""
 VLM_LAYERS: tuple[str, ...] = ("language", "vision", "both")
 """Run setting ``vlm-layers``: a generator's selectable blocks (`tasks.models.generative`)."""
+LNTK: str = "lntk"
+"""The score of F3OCUS (paper §4.1): each layer's principal LNTK eigenvalue (`tasks.lntk`)."""
 BASELINE_SCORERS: tuple[str, ...] = ("magnitude", "fishmask", "gradflow", "snip", "grasp", "synflow", "rgn")
 """The pruning scores of `tasks.scores` (one function each, of the same name); each is also a top-k
-selection rule of that name (`methods.SELECTIONS`)."""
+selection rule of that name (`methods.reference`)."""
 SCORE_MODES: tuple[str, ...] = ("loss", "logit", "paper")
 """Run setting ``score-mode``: the LNTK of a layer (`tasks.lntk.layer_scores`)."""
 DTYPES: tuple[str, ...] = ("auto", "float32", "bfloat16", "float16")
@@ -27,9 +29,6 @@ that supports it, else float32); adapters are float32 whatever it is."""
 MODEL_SIZES: tuple[str, ...] = ("base", "large")
 """FedMosaic's two client sizes of one family (run setting ``model-sizes``); a registry entry lists
 the ones it builds (`tasks.models.registry.ModelEntry.sizes`)."""
-SIMA_VECTOR: str = "sima-grad"
-"""Key of a client's SIMA gradient vector in its train reply and its stored state (FedMosaic Eq. 4);
-`strategies.aggregation.sima` reads it under the same name."""
 DP_HISTORY: str = "dp-history"
 """Personal-state entry of a ``dp = "sample"`` client: one row (σ, q, steps) per round it trained
 (`tasks.privacy.HISTORY_COLUMNS`), kept on the client, from which its ε spent is composed."""
@@ -52,6 +51,7 @@ def parse_name(value: object, names: Iterable[str], kind: str, empty: bool = Fal
             if pattern and value.startswith(prefix) and (empty or len(value) > len(prefix)):
                 return name, value[len(prefix):]
     raise ValueError(f"unknown {kind} {value!r}; choose one of {', '.join(names)}")
+
 
 
 def load_attr(target: str) -> Callable:

@@ -1,4 +1,4 @@
-"""Per-sample differential privacy of local training (``dp = "sample"``, issue 39 item 1), with Opacus.
+"""Per-sample differential privacy of local training (``dp = "sample"``), with Opacus.
 
 DP-SGD (Abadi et al. 2016, Algorithm 1): every step draws a Poisson batch (each of the client's n
 examples independently with probability q = batch-size / n), computes each example's gradient of
@@ -194,7 +194,7 @@ def _contiguous_conv_samples() -> None:
     copy of the activations. Opacus 1.6's (`opacus.grad_sample.conv`, via ``unfold2d``) reads them
     with ``as_strided`` strides that assume a contiguous NCHW layout, so a channels-last activation
     (what a conv gives for images made from (H, W, 3) arrays, e.g. minilm-effnet's EfficientNet)
-    silently yields wrong LoRA gradients, the trap of opacus issue 820 by another route; the oracle
+    silently yields wrong LoRA gradients, the trap of opacus/opacus#820 by another route; the oracle
     test (tests/tasks/test_privacy.py) found it on the default model's image LoRA."""
     from opacus.grad_sample import register_grad_sampler
     from opacus.grad_sample.conv import compute_conv_grad_sample
@@ -282,7 +282,7 @@ def per_sample_gradients(model: nn.Module, batch: dict[str, torch.Tensor], names
                          ) -> dict[str, torch.Tensor]:
     """Opacus's per-example gradients (B, *shape) of the parameters ``names`` for the mean of the
     model's per-example losses on ``batch`` (`FederatedVLM.sample_losses`), no clip, no noise: what
-    the oracle tests compare with per-example backward passes (opacus issue 820)."""
+    the oracle tests compare with per-example backward passes (opacus/opacus#820)."""
     with _hooks(model):
         model.zero_grad(set_to_none=True)
         model.sample_losses(model(batch), batch["labels"]).mean().backward()

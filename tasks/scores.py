@@ -30,7 +30,7 @@ from tasks.adapters import is_under
 from tasks.data import Sample
 from tasks.lntk import layer_scores
 from tasks.models import FederatedVLM
-from tasks.names import BASELINE_SCORERS
+from tasks.names import BASELINE_SCORERS, LNTK
 
 Weights = list[list[tuple[str, torch.Tensor]]]  # per layer: (name, parameter)
 
@@ -210,19 +210,19 @@ def rgn(model: FederatedVLM, samples: Sequence[Sample]) -> np.ndarray:
 _BASELINES: dict[str, Callable[[FederatedVLM, Sequence[Sample]], np.ndarray]] = {
     name: globals()[name] for name in BASELINE_SCORERS  # each name's function of the same name
 }
-SCORERS: tuple[str, ...] = ("lntk", *BASELINE_SCORERS)
+SCORERS: tuple[str, ...] = (LNTK, *BASELINE_SCORERS)
 
 
-def score_layers(model: FederatedVLM, samples: Sequence[Sample], scorer: str = "lntk",
+def score_layers(model: FederatedVLM, samples: Sequence[Sample], scorer: str = LNTK,
                  mode: str = "loss", piece_size: int | None = None) -> np.ndarray:
     """Non-negative per-layer score (L,) of ``scorer`` on ``samples``; the server normalises it.
 
     ``mode`` (the LNTK Jacobian mode) and ``piece_size`` (samples scored at a time,
     `tasks.lntk_pieces`) only apply to ``lntk``."""
-    if scorer == "lntk":
-        return layer_scores(model, samples, mode=mode, piece_size=piece_size).eigenvalues
-    if scorer not in _BASELINES:
+    if scorer not in SCORERS:
         raise ValueError(f"score = {scorer!r} is unknown; choose one of {', '.join(SCORERS)}")
+    if scorer not in _BASELINES:
+        return layer_scores(model, samples, mode=mode, piece_size=piece_size).eigenvalues
     if len(samples) == 0:
         raise ValueError("samples is empty: layer scoring needs at least one sample")
     scores = np.asarray(_BASELINES[scorer](model, samples), dtype=np.float64)

@@ -67,7 +67,7 @@ def train(
     """`steps` AdamW steps on the masked layers + personal params; returns loss statistics.
 
     ``on_batch(step, samples)`` sees every training batch before its step (FedMosaic's SIMA
-    gradient, `tasks.mosaic.sima`); ``privacy``: DP-SGD steps (module doc)."""
+    gradient, `methods.sima.tracker`); ``privacy``: DP-SGD steps (module doc)."""
     if len(samples) == 0:
         raise ValueError("samples is empty: cannot train on zero samples")
     _positive_int("steps", steps)

@@ -1,12 +1,11 @@
 """The signature every aggregation module implements, and what it receives and returns.
 
 An aggregator maps the current global adapter state and the accepted client updates of one round
-to the next global state, and may also return per-client global models. This carries what the
-planned methods need: FedPIA (permutation alignment of the client adapters before averaging) works
-on ``ClientUpdate.state`` alone; FedMosaic/SIMA (per-client models from task-relatedness) reads the
-vector each client sends with its train reply from ``ClientUpdate.metrics`` and returns the
-per-client models in ``Aggregate.personal``, which the strategy then sends to those clients instead
-of the shared one.
+to the next global state, and may also return per-client global models. A step that works on the
+adapters alone (FedPIA) reads ``ClientUpdate.state``; one that needs more of each client (SIMA's
+vector) reads what the client's hook added to its train reply from ``ClientUpdate.metrics``; a
+personalising step returns per-client models in ``Aggregate.personal``, which the strategy then
+sends to those clients instead of the shared one.
 """
 
 from __future__ import annotations

@@ -1,43 +1,45 @@
-"""What every selection module builds: a `SelectionRule`, i.e. which score the clients compute and
-how the server turns the scores and budgets of one round into one layer mask per client."""
+"""A selection rule bound to a run: its registry entry (`methods.base.Selection`) with the run's
+optimiser and the optimiser's settings, which only an optimising rule (F3OCUS) uses."""
 
 from __future__ import annotations
 
-from collections.abc import Callable, Mapping, Sequence
+from collections.abc import Sequence
 from dataclasses import dataclass
 
 import numpy as np
 
-from metaheuristics import Assignment, optimize
+from metaheuristics import Assignment, optimize  # noqa: F401  (see below)
+from methods.base import Selection
 
-Pick = Callable[[np.ndarray, Sequence[int], int], tuple[np.ndarray, Assignment | None]]
-"""(scores (N, L), budgets (N,), seed) -> (masks (N, L) bool, the optimiser's result or None)."""
-
-Builder = Callable[[str, str, Mapping[str, object]], "SelectionRule"]
-"""A selection module's one public function: (strategy name, optimiser, optimiser settings) ->
-rule. Most rules ignore the optimiser; ``f3ocus`` runs it."""
+# The optimisers' libraries (pymoo, scipy) load with the server's strategy, before any model runs:
+# loading them later, at the first selection, shifts the last bits of a client's float results
+# (the default run's round 2 differs in the fourth decimal), so a run would not repeat across
+# versions that load them at different times.
 
 
 @dataclass(frozen=True)
 class SelectionRule:
-    """Which score clients compute (``scorer``; None = none) and how the server picks masks.
+    """The run's selection: which score its clients compute and how the server picks masks."""
 
-    ``algorithm`` (with ``params``) names a `metaheuristics.optimize` algorithm the masks come
-    from; a rule that needs no optimiser (``all``, ``none``) gives its own ``pick`` instead.
-    """
-
-    name: str
-    scorer: str | None
-    algorithm: str
+    entry: Selection
+    optimizer: str = "nsga2"
     params: tuple[tuple[str, object], ...] = ()
-    pick: Pick | None = None
 
-    def select(
-        self, scores: np.ndarray, budgets: Sequence[int], seed: int
-    ) -> tuple[np.ndarray, Assignment | None]:
+    @property
+    def name(self) -> str:
+        return self.entry.name
+
+    @property
+    def scorer(self) -> str | None:
+        """The `tasks.scores` name the clients compute, or None (they report their budgets only)."""
+        return self.entry.scorer
+
+    @property
+    def algorithm(self) -> str:
+        """What picks the masks, for the log: the optimiser, a reference algorithm, or the own pick."""
+        return self.optimizer if self.entry.optimises else self.entry.algorithm or "pick"
+
+    def select(self, scores: np.ndarray, budgets: Sequence[int], seed: int
+               ) -> tuple[np.ndarray, Assignment | None]:
         """Masks (N, L) for the clients of this round, and the optimiser's result if one ran."""
-        if self.pick is not None:
-            return self.pick(scores, budgets, seed)
-        assignment = optimize(scores, budgets, algorithm=self.algorithm, seed=seed,
-                              **dict(self.params))
-        return assignment.masks, assignment
+        return self.entry.select(scores, budgets, seed, self.optimizer, dict(self.params))

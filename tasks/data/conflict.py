@@ -1,4 +1,4 @@
-"""A planted task conflict between client groups (issue 29): one group's answers rotated.
+"""A planted task conflict between client groups: one group's answers rotated.
 
 For the aggregation benchmark, clients of one group see every question type's answers rotated by
 one place (in the vocabulary's order: for easy-VQA, circle -> rectangle -> triangle -> circle,

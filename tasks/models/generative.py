@@ -268,7 +268,7 @@ class GenerativeVLM(FederatedVLM):
 
     def features(self, emb: dict[str, torch.Tensor]) -> torch.Tensor:
         """(B, d): the last hidden state at the position that predicts the answer's first token
-        (FedMosaic's last-layer features, `tasks.mosaic.sima`)."""
+        (FedMosaic's last-layer features, `methods.sima.tracker`)."""
         hidden = self._run(emb, output_hidden_states=True).hidden_states[-1]
         return hidden[torch.arange(hidden.shape[0], device=hidden.device), emb["first"]]
 
@@ -455,7 +455,7 @@ NO_PROCESSOR = SimpleNamespace(tokenizer=None, chat_template=None)
 
 def build_generative(path: Path, architecture: str, spec: ModelSpec) -> GenerativeVLM:
     """Load an image-text-to-text checkpoint and its processor from ``path`` with ``spec``'s
-    generative settings; with ``spec.base_weights=False`` (the coordinator, issue 35) no weight is
+    generative settings; with ``spec.base_weights=False`` (the coordinator) no weight is
     read: the backbone is a weightless `tasks.models.skeleton` of ``config.json`` with
     `NO_PROCESSOR`, and the processor is only checked where the folder holds the weights too."""
     from transformers import AutoConfig, AutoModelForImageTextToText

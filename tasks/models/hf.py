@@ -162,7 +162,7 @@ def build_hf(spec: ModelSpec, num_outputs: int, task: str) -> FederatedVLM:
     (`tasks.models.generative`, with the spec's generative settings) if its architecture is
     image-text-to-text, else an encoder + head.
 
-    ``spec.base_weights=False`` is the coordinator's build (issue 35): the backbone comes from
+    ``spec.base_weights=False`` is the coordinator's build: the backbone comes from
     ``config.json`` alone (`tasks.models.skeleton`), no weight file, tokenizer or processor is read, so only
     the adapters and the head injected afterwards hold memory."""
     directory = spec.argument

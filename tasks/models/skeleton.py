@@ -1,4 +1,4 @@
-"""The coordinator's weightless model (issue 35 item 3): a checkpoint's module tree from its config.
+"""The coordinator's weightless model: a checkpoint's module tree from its config.
 
 The server reads only layer names and initial adapters, so it builds the backbone without a single
 base weight; `tasks.build.build_model` (``base_weights=False``) then injects adapters as usual.

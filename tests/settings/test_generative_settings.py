@@ -79,7 +79,7 @@ def apply_setting(kind: str, name: str, key: str, value: object, cache: dict):
     if spec not in cache:
         cache[spec] = tasks.build_model(spec, 3)
     model = cache[spec]
-    check_model_settings(name, model, config.quantization, config.head == "shared", config.score_mode,
+    check_model_settings(name, model, config.quantization, config.head == "shared", config.scoring.mode,
                          adapter=config.adapter, vlm_layers=config.vlm_layers,
                          max_new_tokens=config.max_new_tokens, dtype=config.dtype,
                          gradient_checkpointing=config.gradient_checkpointing,

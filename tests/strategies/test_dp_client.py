@@ -15,10 +15,11 @@ from scipy import stats
 from client_app.app import app as client_app
 from experiments.sweep import incomplete
 from flower_compat.inprocess import InProcessGrid
+from methods.masked_fedavg.server import masked_fedavg
 from server_app.app import app as server_app
 from settings import ConfigError, RunConfig
 from settings.privacy import PrivacySettings
-from strategies.aggregation import ClientUpdate, masked_fedavg
+from strategies.aggregation import ClientUpdate
 from strategies.aggregation.dp import clip_update, update_norm, with_client_dp
 from strategies.privacy import ClientAccountant
 from strategies.records import from_record

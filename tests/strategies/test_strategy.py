@@ -228,7 +228,7 @@ def test_per_client_global_models_from_the_aggregator_are_sent_to_those_clients(
 def test_local_only_clients_keep_their_own_arrays_and_nothing_is_averaged():
     """Planted answer: each scripted client adds (pid + 1) to what it trains, so after three rounds
     its own model is the initial state plus (pid + 1) x (rounds it trained that layer)."""
-    from strategies.aggregation import local_only
+    from methods.local.server import local_only
 
     strategy, logs, _, grid = run_round("random", rounds=3, aggregator=local_only)
     pids = node_pid(grid)

@@ -19,7 +19,7 @@ import pytest
 import torch
 
 import tasks
-from tasks import client_pia
+from methods.fedpia import combine as client_pia
 from tasks.data import Sample, load_partition
 from tasks.models import smol_llava
 from tasks.models.generative import normalize_answer
@@ -167,7 +167,7 @@ def test_sima_gated_lora_computes_in_float32_beside_a_bfloat16_decoder(partition
 
 
 def test_fedpia_client_alignment_computes_in_float32_beside_a_bfloat16_decoder(partition, bfloat16):
-    """FedPIA's client level (`tasks.client_pia`): the activation supports and the frozen global
+    """FedPIA's client level (`methods.fedpia.combine`): the activation supports and the frozen global
     branch run float32 LoRA weights on a bfloat16 decoder's inputs, as peft does; before, every
     client of a bfloat16 `fedpia` run stopped at its first training step (same dtype error)."""
     local = tasks.get_layer_state(bfloat16, [0])

@@ -8,9 +8,11 @@ from dataclasses import replace
 import numpy as np
 import pytest
 
-from methods import AGGREGATIONS, resolve
+from methods import AGGREGATIONS
+from methods.group_oracle.server import group_oracle
+from methods.masked_fedavg.server import masked_fedavg
 from settings import ConfigError, RunConfig, default_config
-from strategies.aggregation import ClientUpdate, group_oracle, masked_fedavg
+from strategies.aggregation import ClientUpdate
 
 
 def update(node: int, pid: int, value: float, examples: int, keys=("0:a", "1:b")) -> ClientUpdate:
@@ -34,7 +36,7 @@ def test_each_client_receives_exactly_its_planted_groups_weighted_mean():
     np.testing.assert_allclose(result.personal[14]["1:b"], (10 + 90 + 100) / 41, rtol=1e-6)
     for key in ("0:a", "1:b"):  # the shared state is the masked FedAvg of everyone
         np.testing.assert_allclose(result.global_state[key], masked_fedavg(state, updates).global_state[key])
-    assert resolve(AGGREGATIONS["group-oracle"].server) is group_oracle
+    assert AGGREGATIONS["group-oracle"].server() is group_oracle
 
 
 def test_one_group_is_masked_fedavg_and_bad_groups_are_one_line_errors():

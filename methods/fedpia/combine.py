@@ -1,8 +1,8 @@
 """FedPIA client-level PIA (paper, "Methodology: FedPIA", Client-level PIA), the torch side.
 
-The client keeps its own adapter from its last round (`client_app.pia` stores it). On receiving the
+The client keeps its own adapter from its last round (`methods.fedpia.client` stores it). On receiving the
 global adapter it aligns the global to its own, LoRA module by LoRA module, with the OT of
-`tasks.alignment`, the supports being (``cost = "activation"``, the paper's choice) each neuron's
+`methods.fedpia.alignment`, the supports being (``cost = "activation"``, the paper's choice) each neuron's
 activations: neuron i's support is (ψ(A x_1)_i, ..., ψ(A x_m)_i) over a seeded random batch of m of
 the client's samples, ψ the mean over a sample's positions (tokens, pixels) — the paper's "mean
 neuron activation" kept per sample, so a support is an m-vector rather than one number. x is the
@@ -35,7 +35,7 @@ import torch
 from torch import nn
 from torch.func import functional_call
 
-from tasks.alignment import LORA_A, lora_pairs, match_neurons, neuron_supports, permute_pair
+from methods.fedpia.alignment import LORA_A, lora_pairs, match_neurons, neuron_supports, permute_pair
 from tasks.models.base import FederatedVLM
 
 if TYPE_CHECKING:

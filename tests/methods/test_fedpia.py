@@ -15,19 +15,20 @@ from safetensors.numpy import load_file
 from scipy.spatial.distance import cdist
 
 import tasks
-from client_app import pia as client_app_pia
 from client_app.app import app as client_app
 from client_app.personal import LOCAL, load_local_adapters, load_personal, save_personal
 from flower_compat.inprocess import InProcessGrid
+from methods.fedpia import client as client_app_pia  # the hook module
+from methods.fedpia import combine as client_pia
+from methods.fedpia.alignment import lora_pairs, match_neurons, neuron_supports, permute_pair
+from methods.fedpia.server import fedpia, integrate_adapter, integration_passes
+from methods.masked_fedavg.server import masked_fedavg
 from server_app.app import aggregator_for, build_strategy
 from server_app.app import app as server_app
 from server_app.results import Recorder
 from settings import ConfigError, RunConfig, default_config
-from strategies.aggregation import ClientUpdate, fedpia, masked_fedavg
-from strategies.aggregation.fedpia import integrate_adapter, integration_passes
+from strategies.aggregation import ClientUpdate
 from strategies.records import from_record
-from tasks import client_pia
-from tasks.alignment import lora_pairs, match_neurons, neuron_supports, permute_pair
 from tests.client_app.test_config_node import RUN
 from tests.helpers.runs import trained_rounds
 from tests.project.test_resume_inprocess import assert_same

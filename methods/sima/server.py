@@ -2,7 +2,7 @@
 per client, weighted towards the clients whose tasks are most alike.
 
 Each train reply carries the client's decayed last-layer gradient ĝ_i (``metrics["sima-grad"]``,
-`tasks.mosaic.sima`). The server builds S_ij = cos(ĝ_i, ĝ_j) and, for client i,
+`methods.sima.tracker`). The server builds S_ij = cos(ĝ_i, ĝ_j) and, for client i,
 
     G_i = Σ_{j≠i} w_ij L_j,   w_ij = exp(S_ij / τ) / Σ_{n≠i} exp(S_in / τ),
 
@@ -22,10 +22,10 @@ from logging import WARNING, getLogger
 
 import numpy as np
 
-from strategies.aggregation.masked_fedavg import masked_fedavg
+from methods.masked_fedavg.server import masked_fedavg
+from methods.sima.settings import VECTOR as SIMA_VECTOR
 from strategies.aggregation.types import Aggregate, ClientUpdate
 from strategies.records import State
-from tasks.names import SIMA_VECTOR
 
 log = getLogger("flwr").log  # Flower's logger: its handlers reach the console and `flwr run --stream`
 

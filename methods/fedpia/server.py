@@ -1,11 +1,11 @@
 """FedPIA server-level PIA (paper, "Methodology: FedPIA", Server-level PIA): permute each client's
 LoRA neurons onto the FedAvg of the clients, then integrate them with distance-dependent weights.
 
-Per LoRA adapter (the A/B pair of one module, found from the state keys, `tasks.alignment`), over
+Per LoRA adapter (the A/B pair of one module, found from the state keys, `methods.fedpia.alignment`), over
 the clients that sent it this round (layer masks as in masked FedAvg):
 1. initialise the global adapter W_G by FedAvg of the client adapters (weights α_k ∝ examples);
 2. for every client k, the OT plan between its r neurons and W_G's (supports: row i of A with
-   column i of B; uniform masses; Euclidean cost) is a permutation (`tasks.alignment`), which
+   column i of B; uniform masses; Euclidean cost) is a permutation (`methods.fedpia.alignment`), which
    aligns the client: W̃_k = (P_k A_k, B_k P_kᵀ), a reordering that leaves B_k A_k unchanged;
 3. integrate: the paper writes W_G ← (1/K) Σ_k W̃_k exp(−γ ‖W̃_k − W_G‖₂) (``integration =
    "paper"``). Those weights sum to (1/K) Σ_k exp(−γ d_k) < 1 whenever γ d_k > 0, so every round
@@ -28,10 +28,10 @@ from itertools import islice
 
 import numpy as np
 
-from strategies.aggregation.masked_fedavg import masked_fedavg
+from methods.fedpia.alignment import lora_pairs, match_neurons, neuron_supports, permute_pair
+from methods.masked_fedavg.server import masked_fedavg
 from strategies.aggregation.types import Aggregate, ClientUpdate
 from strategies.records import State
-from tasks.alignment import lora_pairs, match_neurons, neuron_supports, permute_pair
 
 INTEGRATIONS = ("normalised", "paper")
 

@@ -13,13 +13,13 @@ from flwr.app import ConfigRecord, Message, RecordDict
 import tasks
 from client_app.app import app as client_app
 from flower_compat.inprocess import InProcessGrid
-from methods import AGGREGATIONS, resolve
+from methods import AGGREGATIONS
+from methods.sima.server import client_weights, sima, similarity_matrix
+from methods.sima.tracker import SimaTracker, column_normalised, last_layer_gradient
 from settings import ConfigError, RunConfig, default_config
 from strategies.aggregation import ClientUpdate
-from strategies.aggregation.sima import client_weights, sima, similarity_matrix
 from strategies.records import from_record, to_record
-from tasks.mosaic import GATE, GLOBAL, LOCAL, SimaTracker, last_layer_gradient
-from tasks.mosaic.sima import column_normalised
+from tasks.mosaic import GATE, GLOBAL, LOCAL
 from tests.client_app.test_config_node import RUN
 
 
@@ -122,7 +122,7 @@ def test_small_tau_gives_each_client_the_average_of_its_own_group_without_itself
         assert np.abs(result.personal[10 + i]["0:w"] - with_self).max() > 1e-2  # own model excluded
     mean = np.average([s["0:w"] for s in states], axis=0, weights=[u.num_examples for u in updates])
     np.testing.assert_allclose(result.global_state["0:w"], mean, atol=1e-6)  # shared: masked FedAvg
-    assert resolve(AGGREGATIONS["sima"].server) is sima
+    assert AGGREGATIONS["sima"].server() is sima
 
 
 def test_weights_are_a_softmax_over_the_other_clients_and_a_missing_vector_gets_the_mean():

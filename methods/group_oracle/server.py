@@ -1,6 +1,6 @@
 """Group oracle: FedAvg within groups of clients known in advance (run config ``client-groups``).
 
-The upper reference for any personalised aggregator (SIMA, issue 29): where clients fall into
+The upper reference for any personalised aggregator (SIMA): where clients fall into
 groups whose tasks conflict, averaging only within a group is what a perfect similarity estimate
 would do. Client i's group is ``groups[partition id mod len(groups)]`` (cycled like ``budgets``);
 the partition id comes with every train reply. Each client receives the masked FedAvg (paper Eq.
@@ -12,8 +12,8 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 
+from methods.masked_fedavg.server import masked_fedavg
 from settings.config import group_of
-from strategies.aggregation.masked_fedavg import masked_fedavg
 from strategies.aggregation.types import Aggregate, ClientUpdate
 from strategies.records import State
 

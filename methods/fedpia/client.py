@@ -1,4 +1,4 @@
-"""FedPIA's client-level PIA in the ClientApp's train step (math: `tasks.client_pia`).
+"""FedPIA's client-level PIA in the ClientApp's train step (math: `methods.fedpia.combine`).
 
 FedPIA's client hook (`client_app.hooks`, named by its registry entry in `methods`): on when
 ``fedpia-level`` is ``both`` or ``client`` and the adapter is LoRA. For the layers this client
@@ -19,9 +19,9 @@ import numpy as np
 import tasks
 from client_app.hooks import ClientHook, TrainStep
 from client_app.personal import load_local_adapters
-from methods.options import FedPiaSettings
+from methods.fedpia import combine as client_pia
+from methods.fedpia.settings import FedPiaSettings
 from strategies.records import State, select_layers
-from tasks import client_pia
 
 
 def uses_client_pia(adapter: str, settings: FedPiaSettings) -> bool:

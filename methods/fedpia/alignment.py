@@ -1,7 +1,7 @@
 """Neuron alignment of LoRA adapters by optimal transport (FedPIA paper, "Methodology: FedPIA").
 
-Pure numpy/scipy (no torch, no Flower), shared by the server (`strategies.aggregation.fedpia`) and
-the client (`tasks.client_pia`).
+Pure numpy/scipy (no torch, no Flower), shared by the server (`methods.fedpia.server`) and
+the client (`methods.fedpia.combine`).
 
 A LoRA adapter ΔW = B A (A: r × d_in, B: d_out × r; for a Conv2d A: r × c_in × k × k and
 B: c_out × r × 1 × 1) has r hidden units, its *neurons*: permuting A's rows and B's columns together

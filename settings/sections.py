@@ -1,0 +1,40 @@
+"""Run-wide sections beside `RunConfig`'s own keys: local training and layer scoring. Each is a
+frozen dataclass that declares its keys once (name, default, bounds, `methods.base.setting`) and
+parses and checks them, as a method's settings do; `RunConfig.training` and `RunConfig.scoring`
+hand them out."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from methods.base import MethodSettings, setting
+from tasks.names import SCORE_MODES
+
+
+@dataclass(frozen=True)
+class TrainingSettings(MethodSettings):
+    """A client's local round (AdamW, supplement §C.3): steps and batch size, the adapters' and the
+    client's own head's learning rates, weight decay and the share of rounds of linear warm-up."""
+
+    local_steps: int = setting(20, "local-steps", low=1,
+                               help="local optimisation steps per round")
+    batch_size: int = setting(16, "batch-size", low=1,
+                              help="local batch size")
+    lr: float = setting(1e-4, "lr", low=0.0, strict_low=True,
+                        help="AdamW learning rate of the adapters (§C.3)")
+    head_lr: float = setting(3e-3, "head-lr", low=0.0, strict_low=True,
+                             help="AdamW learning rate of the client's own head and projection")
+    weight_decay: float = setting(0.01, "weight-decay", low=0.0,
+                                  help="AdamW weight decay")
+    warmup_fraction: float = setting(0.1, "warmup-fraction", low=0.0, high=1.0,
+                                     help="share of rounds with linear warm-up, then linear decay (§C.3)")
+
+
+@dataclass(frozen=True)
+class ScoringSettings(MethodSettings):
+    """How a client scores its layers' importance: the LNTK Jacobian's mode and the batch it uses."""
+
+    mode: str = setting("loss", "score-mode", choices=SCORE_MODES,
+                        help="LNTK Jacobian: loss, logit, or paper (supplement Algorithm 1 as printed)")
+    batch_size: int = setting(8, "score-batch-size", low=1,
+                              help="samples a client scores its layers on")
