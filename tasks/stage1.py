@@ -22,8 +22,6 @@ from __future__ import annotations
 
 import hashlib
 import json
-import shutil
-import tempfile
 import time
 from dataclasses import asdict, dataclass
 from pathlib import Path
@@ -127,17 +125,11 @@ def align(recipe: Recipe | None = None, log=print) -> Path:
 def _write(entry: Path, state: dict, record: dict) -> None:
     from safetensors.torch import save_file
 
-    entry.parent.mkdir(parents=True, exist_ok=True)
-    tmp = Path(tempfile.mkdtemp(prefix=entry.name + ".", dir=entry.parent))
-    try:
+    from tasks.models.smol_llava import cache_entry
+
+    with cache_entry(entry, "projector.safetensors") as tmp:
         save_file(state, tmp / "projector.safetensors")
         (tmp / "stage1.json").write_text(json.dumps(record, indent=2))
-        tmp.rename(entry)
-    except OSError:
-        if not (entry / "projector.safetensors").is_file():  # not a concurrent writer's finished entry
-            raise
-    finally:
-        shutil.rmtree(tmp, ignore_errors=True)
 
 
 def aligned_projector(recipe: Recipe | None = None) -> dict:

@@ -49,6 +49,8 @@ import json
 import os
 import shutil
 import tempfile
+from collections.abc import Iterator
+from contextlib import contextmanager
 from pathlib import Path
 
 import torch
@@ -174,25 +176,34 @@ def cached_language_model() -> Path:
 
     from tasks.models.hf_common import quiet_transformers
 
-    entry.parent.mkdir(parents=True, exist_ok=True)
     with quiet_transformers():
         tokenizer = AutoTokenizer.from_pretrained(str(source.parent), gguf_file=source.name)
         lm = AutoModelForCausalLM.from_pretrained(str(source.parent), gguf_file=source.name,
                                                   dtype=torch.float32)
-    tmp = Path(tempfile.mkdtemp(prefix=entry.name + ".", dir=entry.parent))
-    try:
+    with cache_entry(entry, "model.safetensors") as tmp:
         config = lm.config.to_dict()
         config.pop("quantization_config", None)  # the cached weights are plain float32
         (tmp / "config.json").write_text(json.dumps(config, indent=2))
         tokenizer.save_pretrained(str(tmp))
         save_file({k: v.contiguous() for k, v in lm.model.state_dict().items()}, tmp / "model.safetensors")
+    return entry
+
+
+@contextmanager
+def cache_entry(entry: Path, marker: str) -> Iterator[Path]:
+    """A temporary folder beside ``entry`` to write into, renamed to ``entry`` when the block ends,
+    so a crash or a concurrent writer never leaves a partial entry; a concurrent writer's finished
+    entry (it holds ``marker``) is kept."""
+    entry.parent.mkdir(parents=True, exist_ok=True)
+    tmp = Path(tempfile.mkdtemp(prefix=entry.name + ".", dir=entry.parent))
+    try:
+        yield tmp
         tmp.rename(entry)
     except OSError:
-        if not (entry / "model.safetensors").is_file():  # not a concurrent writer's finished entry
+        if not (entry / marker).is_file():
             raise
     finally:
         shutil.rmtree(tmp, ignore_errors=True)
-    return entry
 
 
 def smol_llava(blocks: int | None = None):
