@@ -63,12 +63,7 @@ def plan_run(config: RunConfig) -> RunPlan:
         # the server's model is unquantised and weightless: check the clients' settings against it here
         from tasks.models import check_model_settings  # torch: only once a model is built
 
-        check_model_settings(config.model, model, config.quantization, config.head == "shared",
-                             config.scoring.mode, adapter=config.adapter, vlm_layers=config.vlm_layers,
-                             max_new_tokens=config.max_new_tokens, dtype=config.dtype,
-                             gradient_checkpointing=config.gradient_checkpointing,
-                             lora_targets=model.lora_targets, num_blocks=config.num_blocks,
-                             lora_rank=config.lora_rank, frozen_head=config.head == "frozen")
+        check_model_settings(config.model_spec("cpu"), model, config.scoring.mode)
         if config.eval_answers != "generated" and not model.generative:
             raise ValueError(f"eval-answers = {config.eval_answers!r} is not supported by model "
                              f"{config.model!r}: an encoder + answer head scores its answer head; "

@@ -14,7 +14,7 @@ import torch
 
 from tasks.adapters import apply_adapter
 from tasks.models.base import TASKS, FederatedVLM
-from tasks.models.checks import check_model_settings
+from tasks.models.checks import check_build
 from tasks.models.registry import ModelSpec
 
 
@@ -46,8 +46,7 @@ def build_model(spec: ModelSpec, num_outputs: int, task: str = "vqa") -> Federat
         if model.generative and task != "vqa":
             raise ValueError(f"model {spec.name!r} generates answers: it takes VQA data sets, "
                              f"not task {task!r}")
-        check_model_settings(spec.name, model, spec.quantization, spec.shared_head,
-                             frozen_head=spec.frozen_head)
+        check_build(spec, model)
         if spec.frozen_head:
             model.personal_prefixes = ()  # the projector joins the frozen base: never trained, never sent
         model.lora_targets = spec.lora_targets

@@ -2,8 +2,9 @@
 
 A run-config key that a model (or the chosen adapter) would ignore stops the run before round 1
 with one line ``<key> = <value> is not supported by model <name>: <why>; use ...`` instead of being
-dropped. `tasks.build.build_model` calls it with the settings it knows; the server's `plan_run` calls it
-with every run setting after building the model, so a ConfigError names the key before round 1.
+dropped. `tasks.build.build_model` runs `check_build` on every build; the server's `plan_run` runs
+`check_model_settings` on the run's model section after building the model, so a ConfigError names
+the key before round 1.
 """
 
 from __future__ import annotations
@@ -11,7 +12,7 @@ from __future__ import annotations
 from torch import nn
 
 from tasks.models.base import FederatedVLM, is_under
-from tasks.models.registry import LORA_RANK, NUM_BLOCKS, parse_model
+from tasks.models.registry import LORA_RANK, NUM_BLOCKS, ModelSpec
 
 _WRAPPERS = ("base_layer", "base")  # peft LoRA / FedMosaic modules keep the adapted Linear under these
 
@@ -30,19 +31,12 @@ def linear_names(model: FederatedVLM) -> list[str]:
     return sorted(names)
 
 
-def check_model_settings(name: str, model: FederatedVLM, quantization: str, shared_head: bool,
-                         score_mode: str = "loss", *, adapter: str | None = None,
-                         vlm_layers: str = "language", max_new_tokens: int = 0, dtype: str = "auto",
-                         gradient_checkpointing: bool = False, lora_targets: tuple[str, ...] = (),
-                         num_blocks: int = NUM_BLOCKS, lora_rank: int = LORA_RANK,
-                         frozen_head: bool = False) -> None:
-    """Refuse a setting ``model`` cannot honour instead of dropping it, one line each.
+def check_model_settings(spec: ModelSpec, model: FederatedVLM, score_mode: str = "loss") -> None:
+    """Refuse a setting of ``spec`` that ``model`` cannot honour instead of dropping it, one line each.
+    ``spec`` is the run's model section as a client builds it (its ``dtype`` resolved for the
+    device); ``score_mode`` is the scoring section's LNTK mode.
 
-    * ``quantization``: only a generator loaded from a checkpoint (an image-text-to-text
-      ``hf:<dir>``, `tasks.models.generative`) loads a 4-bit base, and a 4-bit base cannot be
-      trained as adapter = "layer";
-    * ``head = "shared"``: a generator answers with its language head, it has no answer head;
-      ``head = "frozen"``: only a generator's projector can stay as loaded, a drawn head must train;
+    * ``quantization``, ``head``: `check_build`;
     * ``score-mode = "logit"``: a generator's logits are (n, T, vocabulary), the "logit" NTK of
       Eq. 8 (`tasks.lntk`) takes one row per class of an (n, C) head;
     * ``vlm-layers``, ``max-new-tokens``, ``dtype``, ``gradient-checkpointing``: only generators
@@ -51,43 +45,53 @@ def check_model_settings(name: str, model: FederatedVLM, quantization: str, shar
     * ``lora-targets``: every name must match a Linear of the selectable layers (a partial match
       silently adapted fewer modules), and only adapter = "lora" without SIMA's gate honours it
       (`tasks.mosaic.attach` adapts every Linear);
-    * ``num-blocks`` places PQ-LoRA only; ``lora-rank`` has no meaning for adapter = "layer".
-
-    ``adapter`` is the run's adapter (default: the one ``model`` carries, if any)."""
-    adapter = adapter or model.adapter
+    * ``num-blocks`` places PQ-LoRA only; ``lora-rank`` has no meaning for adapter = "layer"."""
+    check_build(spec, model)
+    name = spec.name
     generative = model.generative
-    if quantization != "none" and adapter == "layer":
-        raise ValueError(f"quantization = {quantization!r} is not supported by model {name!r} with adapter = "
-                         "'layer': 4-bit weights cannot be trained; use adapter = 'lora' or "
-                         "quantization = 'none'")
-    if quantization != "none" and not (parse_model(name)[0].checkpoint and generative):
-        raise ValueError(f"quantization = {quantization!r} is not supported by model {name!r}: only "
-                         "image-text-to-text hf:<dir> checkpoints load a 4-bit base; "
-                         "use quantization = 'none'")
-    if shared_head and not model.personal_prefixes:  # smol-llava's projector is its head
-        raise ValueError(f"head = 'shared' is not supported by model {name!r}: a generator has no answer "
-                         "head to share; use head = 'private'")
-    if frozen_head and not generative:
-        raise ValueError(f"head = 'frozen' is not supported by model {name!r}: its answer head is drawn at "
-                         "random and must train; use head = 'private' or 'shared'")
     if score_mode == "logit" and generative:
         raise ValueError(f"score-mode = 'logit' is not supported by model {name!r}: a generator's logits are "
                          "per token over its vocabulary; use score-mode = 'loss' or 'paper'")
     if not generative:
         encoder = f"is not supported by model {name!r}: an encoder + answer head"
-        if vlm_layers != "language":
-            raise ValueError(f"vlm-layers = {vlm_layers!r} {encoder}'s selectable layers are its blocks, "
-                             "with no vision/language choice; use vlm-layers = 'language'")
-        if max_new_tokens != 0:
-            raise ValueError(f"max-new-tokens = {max_new_tokens!r} {encoder} generates no tokens; "
+        if spec.vlm_layers != "language":
+            raise ValueError(f"vlm-layers = {spec.vlm_layers!r} {encoder}'s selectable layers are its "
+                             "blocks, with no vision/language choice; use vlm-layers = 'language'")
+        if spec.max_new_tokens != 0:
+            raise ValueError(f"max-new-tokens = {spec.max_new_tokens!r} {encoder} generates no tokens; "
                              "use max-new-tokens = 0")
-        if dtype not in ("auto", "float32"):
-            raise ValueError(f"dtype = {dtype!r} {encoder} keeps float32 weights; use dtype = 'auto' "
+        if spec.dtype not in ("auto", "float32"):
+            raise ValueError(f"dtype = {spec.dtype!r} {encoder} keeps float32 weights; use dtype = 'auto' "
                              "or 'float32'")
-        if gradient_checkpointing:
+        if spec.gradient_checkpointing:
             raise ValueError(f"gradient-checkpointing = True {encoder} runs its own forward without "
                              "recomputation; use gradient-checkpointing = false")
-    _check_adapter_settings(name, model, adapter, lora_targets, num_blocks, lora_rank)
+    _check_adapter_settings(name, model, spec.adapter, spec.lora_targets, spec.num_blocks, spec.lora_rank)
+
+
+def check_build(spec: ModelSpec, model: FederatedVLM) -> None:
+    """What every build of ``spec`` refuses (`tasks.build.build_model`), one line each:
+
+    * ``quantization``: only a generator loaded from a checkpoint (an image-text-to-text
+      ``hf:<dir>``, `tasks.models.generative`) loads a 4-bit base, and a 4-bit base cannot be
+      trained as adapter = "layer";
+    * ``head = "shared"``: a generator answers with its language head, it has no answer head;
+      ``head = "frozen"``: only a generator's projector can stay as loaded, a drawn head must train."""
+    name, quantization = spec.name, spec.quantization
+    if quantization != "none" and spec.adapter == "layer":
+        raise ValueError(f"quantization = {quantization!r} is not supported by model {name!r} with adapter = "
+                         "'layer': 4-bit weights cannot be trained; use adapter = 'lora' or "
+                         "quantization = 'none'")
+    if quantization != "none" and not (spec.entry.checkpoint and model.generative):
+        raise ValueError(f"quantization = {quantization!r} is not supported by model {name!r}: only "
+                         "image-text-to-text hf:<dir> checkpoints load a 4-bit base; "
+                         "use quantization = 'none'")
+    if spec.shared_head and not model.personal_prefixes:  # smol-llava's projector is its head
+        raise ValueError(f"head = 'shared' is not supported by model {name!r}: a generator has no answer "
+                         "head to share; use head = 'private'")
+    if spec.frozen_head and not model.generative:
+        raise ValueError(f"head = 'frozen' is not supported by model {name!r}: its answer head is drawn at "
+                         "random and must train; use head = 'private' or 'shared'")
 
 
 def _check_adapter_settings(name: str, model: FederatedVLM, adapter: str, lora_targets: tuple[str, ...],

@@ -70,7 +70,6 @@ def apply_setting(kind: str, name: str, key: str, value: object, cache: dict):
     value = value.replace("<valid>", TARGET[kind]) if isinstance(value, str) else value
     config = RunConfig.from_mapping({**default_config(), "model": name, "dataset": "synthetic", key: value})
     spec = config.model_spec("cpu", client=key != "quantization", size=config.model_sizes)
-    targets = spec.lora_targets
     if kind not in GENERATORS:  # an encoder's build takes none of these: share one build
         spec = replace(spec, vlm_layers="language", max_new_tokens=0, dtype="float32",
                        gradient_checkpointing=False)
@@ -79,12 +78,7 @@ def apply_setting(kind: str, name: str, key: str, value: object, cache: dict):
     if spec not in cache:
         cache[spec] = tasks.build_model(spec, 3)
     model = cache[spec]
-    check_model_settings(name, model, config.quantization, config.head == "shared", config.scoring.mode,
-                         adapter=config.adapter, vlm_layers=config.vlm_layers,
-                         max_new_tokens=config.max_new_tokens, dtype=config.dtype,
-                         gradient_checkpointing=config.gradient_checkpointing,
-                         lora_targets=targets, num_blocks=config.num_blocks,
-                         lora_rank=config.lora_rank, frozen_head=config.head == "frozen")
+    check_model_settings(config.model_spec("cpu", size=config.model_sizes), model, config.scoring.mode)
     return model, value
 
 
@@ -154,10 +148,10 @@ def test_defaults_of_the_checks_are_the_run_config_defaults():
                                                        ("pq-lora", "lora-targets", ("query",))])
 def test_adapter_settings_an_adapter_ignores_are_refused(adapter, key, value):
     model = tasks.build_model(tasks.ModelSpec("tiny-vilt", adapter=adapter, seed=0), 3)
-    options = {"lora-rank": {"lora_rank": value}, "lora-targets": {"lora_targets": value}}.get(key, {})
+    options = {"lora-rank": {"lora_rank": value}, "lora-targets": {"lora_targets": value},
+               "quantization": {"quantization": value}}[key]
     with pytest.raises(ValueError, match=rf"^{key} = .* is not supported by model 'tiny-vilt' with adapter"):
-        check_model_settings("tiny-vilt", model, value if key == "quantization" else "none", False,
-                             adapter=adapter, **options)
+        check_model_settings(tasks.ModelSpec("tiny-vilt", adapter=adapter, seed=0, **options), model)
 
 
 def test_build_model_refuses_a_shared_head_on_a_generator_instead_of_dropping_it():

@@ -143,8 +143,9 @@ def test_lntk_equals_brute_force(family, vlm_layers, mode, build, partition):
 @pytest.mark.parametrize("family", FAMILIES)
 def test_logit_mode_is_refused_for_every_generator_in_one_line(family, build, partition):
     model = build(family, "language")
-    with pytest.raises(ValueError, match=r"^score-mode = 'logit' is not supported by model 'm'[^\n]*$"):
-        check_model_settings("m", model, "none", False, "logit")
+    refusal = r"^score-mode = 'logit' is not supported by model 'tiny-llava'[^\n]*$"
+    with pytest.raises(ValueError, match=refusal):
+        check_model_settings(tasks.ModelSpec("tiny-llava"), model, "logit")
     with pytest.raises(ValueError, match=r"^score-mode = 'logit' cannot score generator [^\n]*'paper'$"):
         tasks.layer_scores(model, partition.train[:2], "logit")
 
