@@ -37,15 +37,7 @@ from tasks.build import build_model
 from tasks.data import load_partition
 from tasks.lntk import layer_scores
 from tasks.models.registry import ModelSpec
-from tasks.train import train
-
-
-def question_scores(model, samples, batch_size: int = 64) -> tuple[np.ndarray, np.ndarray]:
-    """Per question: whether the best-scored answer is right, and the right answer's NLL."""
-    scores = np.concatenate([model.answer_scores(samples[i:i + batch_size]).numpy()
-                             for i in range(0, len(samples), batch_size)])
-    truth = np.array([int(s.target) for s in samples])
-    return scores.argmax(1) == truth, -scores[np.arange(len(samples)), truth]
+from tasks.train import closed_set_answers, train
 
 
 def bootstrap_rho(eigenvalues: np.ndarray, gains: np.ndarray, draws: int, seed: int) -> list[float]:
@@ -70,7 +62,7 @@ def run(args: argparse.Namespace) -> dict:
     scoring = [pooled.train[i] for i in rng.choice(len(pooled.train), args.score_batch, replace=False)]
     lntk = layer_scores(model, scoring, piece_size=config.get("batch-size"))
     initial = {k: v.clone() for k, v in model.state_dict().items() if "lora_" in k}
-    hits0, nll0 = question_scores(model, held_out)
+    hits0, nll0 = closed_set_answers(model, held_out)
     rows, acc_gain, nll_gain = [], [], []
     blocks = range(len(model.layer_names))[::args.stride]
     for block in blocks:
@@ -79,7 +71,7 @@ def run(args: argparse.Namespace) -> dict:
         mask[block] = True
         train(model, pooled.train, mask, steps=args.steps, batch_size=config.get("batch-size", 8),
               lr=config.get("lr", 1e-3), seed=args.seed)
-        hits, nll = question_scores(model, held_out)
+        hits, nll = closed_set_answers(model, held_out)
         acc_gain.append(hits.astype(float) - hits0)
         nll_gain.append(nll0 - nll)
         rows.append({"block": block, "eigenvalue": float(lntk.eigenvalues[block]),

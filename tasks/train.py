@@ -210,16 +210,22 @@ def _evaluate_closed_set(model: FederatedVLM, samples: Sequence[Sample], batch_s
     type (``accuracy-<qtype>``); ``loss``: the right answers' tokens' mean cross-entropy (stop token
     excluded). Ties go to the answer listed first, so a model that scores every answer alike gets
     what always answering that one gets."""
-    scores, lengths = [], np.array([len(model.answer_ids(a)) - 1 for a in model.answers])
-    for start in range(0, len(samples), batch_size):
-        scores.append(model.answer_scores(samples[start : start + batch_size]).numpy())
-    score = np.concatenate(scores)
+    hits, nll = closed_set_answers(model, samples, batch_size)
+    lengths = np.array([len(model.answer_ids(a)) - 1 for a in model.answers])
     truth = np.array([int(s.target) for s in samples])
-    hits = score.argmax(1) == truth
-    right = score[np.arange(len(samples)), truth]
-    result = {"accuracy": float(hits.mean()), "loss": float(-right.sum() / lengths[truth].sum()),
+    result = {"accuracy": float(hits.mean()), "loss": float(nll.sum() / lengths[truth].sum()),
               "num_examples": float(len(samples))}
     return result | _per_qtype(samples, hits)
+
+
+def closed_set_answers(model: FederatedVLM, samples: Sequence[Sample], batch_size: int = 64
+                       ) -> tuple[np.ndarray, np.ndarray]:
+    """Per question: whether the best-scored answer of the vocabulary is the right one, and the
+    right answer's negative log-likelihood (its tokens', stop token excluded)."""
+    score = np.concatenate([model.answer_scores(samples[i : i + batch_size]).numpy()
+                            for i in range(0, len(samples), batch_size)])
+    truth = np.array([int(s.target) for s in samples])
+    return score.argmax(1) == truth, -score[np.arange(len(samples)), truth]
 
 
 def _per_qtype(samples: Sequence[Sample], hits: np.ndarray) -> dict[str, float]:
