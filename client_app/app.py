@@ -16,23 +16,17 @@ from flwr.clientapp import ClientApp
 import tasks
 from client_app.hooks import TrainStep, client_hook
 from client_app.node import node_settings
-from client_app.personal import save_personal
-from client_app.privacy import SampleBudget, check_delta, released
+from client_app.personal import load_ledger, save_ledger, save_personal
 from client_app.replies import check_mask, error_replies
 from client_app.runtime import ClientSetup, client_setup, load_global, reported_budget, resolve_budget
 from client_app.worker import site_mod
-from settings import RunConfig
+from methods.privacy import Budget
+from settings import ConfigError, RunConfig
 from strategies.records import IDENTITY, RUNTIME, from_record, runtime_record, to_record
 
 # error_replies outermost: a setting the site cannot use is an error reply, wherever it ran;
 # site_mod: a deployed site's messages run in its warm worker (client_app.worker)
 app = ClientApp(mods=[error_replies, site_mod])
-
-
-def _scoring_batch(samples: list, size: int, seed: int) -> list:
-    """A fresh, seeded batch of the client's own training data for this round's scores."""
-    order = np.random.default_rng(seed).permutation(len(samples))[:size]
-    return [samples[i] for i in order]
 
 
 @app.query()
@@ -56,13 +50,14 @@ def train(msg: Message, context: Context) -> Message:
     server_round = int(config["server-round"])
     num_layers = len(setup.model.layer_names)
     rule = setup.config.selection
-    budget = reported_budget(setup, context) if rule.needs_budget else num_layers
-    layers = check_mask(config["mask"], num_layers, budget, heads_only=not rule.trains_adapter)
+    layer_budget = reported_budget(setup, context) if rule.needs_budget else num_layers
+    layers = check_mask(config["mask"], num_layers, layer_budget, heads_only=not rule.trains_adapter)
     received = from_record(msg.content["arrays"])
     stored = load_global(setup, context, received, str(config["run-dir"]), before=server_round)
     steps = int(config["local-steps"])
-    privacy = SampleBudget.of(setup, stored)  # dp = "sample" (client_app.privacy), else None
-    sat_out = privacy.sit_out(steps) if privacy else None
+    privacy = setup.config.privacy.component
+    budget = _budget(setup, context, str(config["run-dir"]))
+    sat_out = budget.sit_out(steps)
     if sat_out is not None:  # one more round would pass dp-epsilon: no training, the server records it
         sat_out.update({"num-examples": len(setup.partition.train), "partition-id": setup.partition_id})
         return Message(RecordDict({"arrays": to_record({}), "metrics": MetricRecord(sat_out)}), reply_to=msg)
@@ -80,20 +75,17 @@ def train(msg: Message, context: Context) -> Message:
             + setup.partition_id,
             device=setup.device,
             on_batch=hook.on_batch,
-            privacy=privacy.plan if privacy else None,
+            privacy=budget.plan,
         )
     reply = {**metrics, "num-examples": len(setup.partition.train),
              "partition-id": setup.partition_id}
     personal = tasks.get_personal_state(setup.model)
-    if privacy is not None:
-        privacy.record(steps, personal, reply)
+    history = budget.record(steps, reply)
+    if history is not None:  # the release is on the ledger before it leaves the site
+        save_ledger(context, history, str(config["run-dir"]))
     upload, local = hook.finish(tasks.get_layer_state(setup.model, layers), personal, reply)
-    if setup.config.privacy.mode == "client":  # DP-FedAvg: the site clips its own update
-        from strategies.aggregation.dp import clip_update
-
-        upload = clip_update(upload, received, setup.config.privacy.clip)
-    if setup.config.privacy.enabled:
-        reply = released(reply, server_round)
+    upload = privacy.clip(upload, received, setup.config)
+    reply = privacy.release(reply, server_round)
     save_personal(context, personal, server_round, str(config["run-dir"]), local=local)
     arrays = to_record(upload)
     return Message(RecordDict({"arrays": arrays, "metrics": MetricRecord(reply)}), reply_to=msg)
@@ -106,10 +98,13 @@ def evaluate(msg: Message, context: Context) -> Message:
     evaluate it with its own head on its own test split if ``evaluate``; score its layers with
     ``score`` for round ``server-round`` + 1 unless that is "none" (the scoring batch is seeded by
     that round, as when scores had a message of their own). Every reply carries the budget,
-    example count and Flower version (record "scores"; all-zero eigenvalues when not scored)."""
+    example count and Flower version (record "scores"; all-zero eigenvalues when not scored). Under
+    ``dp = "sample"`` the scores are a private release (`methods.privacy.sample`), withheld when it
+    would pass the site's budget."""
     setup = client_setup(context)
-    check_delta(setup)  # dp = "sample": a δ this client cannot honour is refused before round 1's training
     config = msg.content["config"]
+    privacy = setup.config.privacy.component
+    budget = _budget(setup, context, str(config["run-dir"]))  # a δ the site cannot honour: refused here
     server_round, scorer = int(config["server-round"]), str(config["score"])
     reply = RecordDict({RUNTIME: runtime_record()})
     if config["evaluate"] or scorer != "none":
@@ -117,24 +112,39 @@ def evaluate(msg: Message, context: Context) -> Message:
                     before=server_round + 1)
     if config["evaluate"]:
         reply["metrics"] = MetricRecord(_evaluation(setup, server_round))
+    public = {"budget": resolve_budget(setup, context), "num-examples": len(setup.partition.train),
+              "partition-id": setup.partition_id}
+    refused = budget.scores_refused() if scorer != "none" else None
+    if refused is not None:  # one more release would pass dp-epsilon: no scores, the server records it
+        reply["scores"] = MetricRecord({**refused, **public})
+        return Message(reply, reply_to=msg)
     start = time.perf_counter()
-    num_layers = len(setup.model.layer_names)
-    if scorer == "none":
-        eigenvalues = np.zeros(num_layers)
-    else:
-        batch = _scoring_batch(setup.partition.train, int(config["score-batch-size"]),
-                               setup.config.seed * 1_000_003 + (server_round + 1) * 1_009
-                               + setup.partition_id)
-        eigenvalues = tasks.score_layers(setup.model, batch, scorer=scorer, mode=str(config["score-mode"]),
-                                         piece_size=setup.config.training.batch_size)  # a step's memory
-    reply["scores"] = MetricRecord({
-        "eigenvalues": [float(v) for v in eigenvalues],
-        "budget": resolve_budget(setup, context),
-        "num-examples": len(setup.partition.train),
-        "partition-id": setup.partition_id,
-        "seconds": time.perf_counter() - start,
-    })
+    eigenvalues = np.zeros(len(setup.model.layer_names))
+    if scorer != "none":
+        batch = budget.scoring_batch(setup.partition.train, int(config["score-batch-size"]),
+                                     setup.config.seed * 1_000_003 + (server_round + 1) * 1_009
+                                     + setup.partition_id)
+        if batch:
+            eigenvalues = tasks.score_layers(
+                setup.model, batch, scorer=scorer, mode=str(config["score-mode"]),
+                piece_size=setup.config.training.batch_size, clip=budget.score_clip)  # a step's memory
+        eigenvalues, history = budget.release_scores(eigenvalues)
+        if history is not None:  # on the ledger before it leaves the site
+            save_ledger(context, history, str(config["run-dir"]))
+    scores = {"eigenvalues": [float(v) for v in eigenvalues], **public,
+              "seconds": time.perf_counter() - start}
+    reply["scores"] = MetricRecord(privacy.release(scores, server_round))
     return Message(reply, reply_to=msg)
+
+
+def _budget(setup: ClientSetup, context: Context, run_dir: str) -> Budget:
+    """This site's privacy budget (`methods.privacy`) with its ledger; ConfigError for a setting
+    (``dp-delta``) the site cannot honour."""
+    try:
+        return setup.config.privacy.component.budget(setup.config, len(setup.partition.train),
+                                                     load_ledger(context, run_dir))
+    except ValueError as err:
+        raise ConfigError(str(err)) from None
 
 
 def _evaluation(setup: ClientSetup, server_round: int) -> dict:

@@ -15,6 +15,10 @@ therefore repeats round r from the round r-1 head, exactly as the first time, in
 an already-trained head again. Writes go to a temporary file first and are then renamed, so a crash
 never leaves a torn file.
 
+A ``dp = "sample"`` site's ledger of privacy releases (`methods.privacy.sample`) is kept beside
+them, one file (``dp-ledger.safetensors``, or a ``context.state`` entry) that only grows: a release
+that happened is never taken back, so a repeated round or a re-scored round counts again.
+
 The same file may carry the client's own LoRA adapters (FedPIA's client-level PIA, `methods.fedpia.client`)
 under keys prefixed ``LOCAL``: `load_personal` leaves them out, `load_local_adapters` returns them.
 """
@@ -33,6 +37,7 @@ from safetensors.numpy import load_file, save_file
 from strategies.records import from_record, to_record
 
 PREFIX = "personal-"
+LEDGER = "dp-ledger"
 KEEP = 2  # the head being repeated after a crash (round r-1) and the one it replaces (round r)
 LOCAL = "local-adapter/"  # key prefix of the client's own adapters in a stored state
 _NAME = re.compile(rf"{PREFIX}(\d+)(?:\.safetensors)?")  # a file name, or a context.state key
@@ -102,3 +107,28 @@ def save_personal(
 def _stale(stored: dict[int, str], server_round: int) -> list[str]:
     kept = sorted(r for r in stored if r <= server_round)[-KEEP:]
     return [name for r, name in stored.items() if r not in kept]
+
+
+def load_ledger(context: Context, run_dir: str = "") -> np.ndarray:
+    """The site's privacy ledger (rows σ, q, count; `tasks.privacy.HISTORY_COLUMNS`), empty if none."""
+    folder = _state_dir(context, run_dir)
+    if folder is None:
+        stored = from_record(context.state[LEDGER]) if LEDGER in context.state.array_records else None
+    else:
+        path = folder / f"{LEDGER}.safetensors"
+        stored = load_file(path) if path.exists() else None
+    return np.zeros((0, 3)) if stored is None else stored["history"].reshape(-1, 3)
+
+
+def save_ledger(context: Context, history: np.ndarray, run_dir: str = "") -> None:
+    """Replace the ledger with ``history`` (the stored one plus this message's releases), atomically."""
+    state = {"history": np.ascontiguousarray(history, dtype=np.float64)}
+    folder = _state_dir(context, run_dir)
+    if folder is None:
+        context.state[LEDGER] = to_record(state)
+        return
+    folder.mkdir(parents=True, exist_ok=True)
+    path = folder / f"{LEDGER}.safetensors"
+    tmp = path.with_suffix(".tmp")
+    save_file(state, tmp)
+    os.replace(tmp, path)

@@ -79,14 +79,13 @@ def read_run(run_dir: Path) -> list[dict]:
 
 
 def noise_multiplier(config: dict[str, object], num_clients: int) -> float:
-    """The z a run's server settles before round 1 (`strategies.privacy`); 0 without DP."""
+    """The z a run's server settles before round 1 (its privacy mode's accountant,
+    `methods.privacy.client`); 0 where the server accounts nothing."""
     from settings import RunConfig
-    from strategies.privacy import ClientAccountant
 
     parsed = RunConfig.from_mapping(config)
-    if parsed.privacy.mode != "client":
-        return 0.0
-    return ClientAccountant.plan(parsed.privacy, num_clients, parsed.num_server_rounds).noise
+    accountant = parsed.privacy.component.accountant(parsed, num_clients)
+    return 0.0 if accountant is None else accountant.noise
 
 
 def tables(results: dict[tuple[float, int], tuple[float, list[dict]]]) -> tuple[list[dict], list[dict]]:

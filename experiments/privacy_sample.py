@@ -10,7 +10,7 @@ One sweep per ε on the same benchmark, ε = ∞ being ``dp = "none"`` (docs/res
 
 Printed: a markdown row per experiment (target ε, seeds, overall accuracy, majority-answer accuracy,
 uplink MB and training seconds per round, mean ± sample std over seeds, and the largest ε any
-client reported spending, `client_app.privacy`), then the per-seed paired differences of overall
+client reported spending, `methods.privacy.sample`), then the per-seed paired differences of overall
 accuracy against the first experiment with their 95 % t interval (`experiments.paired`; 2 or
 more common seeds). ``--csv``: one line per run, the values the table summarises.
 """

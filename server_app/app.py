@@ -7,17 +7,15 @@ from dataclasses import dataclass, field
 from logging import ERROR, INFO, WARNING, getLogger
 from pathlib import Path
 
-import numpy as np
 from flwr.app import Context
 from flwr.serverapp import Grid, ServerApp
 
 import tasks
 from flower_compat import FlowerVersionError, check_version
+from methods.privacy.client import ClientAccountant
 from server_app.results import Recorder, load_checkpoint
 from settings import ConfigError, RunConfig, check_budgets, check_model_here
 from strategies import Aggregator, LayerSelectionStrategy, make_rule
-from strategies.aggregation.dp import with_client_dp
-from strategies.privacy import ClientAccountant
 from strategies.records import State, to_record
 
 log = getLogger("flwr").log  # Flower's logger: its handlers reach the console and `flwr run --stream`
@@ -70,13 +68,10 @@ def plan_run(config: RunConfig) -> RunPlan:
                              "use eval-answers = 'generated'")
     except (ValueError, OSError, KeyError, RuntimeError) as err:
         raise ConfigError(f"model = {config.model!r} cannot be built: {err}") from None
-    if config.privacy.mode == "sample":  # every unit + the head trainable, as apply_adapter leaves it
-        from tasks.privacy import refusal
-
-        why = refusal(model)
-        if why:
-            raise ConfigError(f"adapter = {config.adapter!r} of model = {config.model!r} is not supported "
-                              f"with dp = 'sample': {why}")
+    try:  # every unit + the head trainable, as apply_adapter leaves it
+        config.privacy.component.check_model(model)
+    except ValueError as err:
+        raise ConfigError(f"adapter = {config.adapter!r} of model = {config.model!r}: {err}") from None
     layer_names = list(model.layer_names)
     initial = tasks.get_layer_state(model, range(len(layer_names)))
     del model
@@ -116,25 +111,25 @@ def answer_count(config: RunConfig) -> int:
 
 def aggregator_for(config: RunConfig, accountant: ClientAccountant | None = None) -> Aggregator:
     """The run's aggregator: its registry entry's server step bound with the method's own settings
-    (`methods.base.Aggregation.server_step`); with ``dp = "client"`` made DP-FedAvg with the
-    accountant's noise multiplier (`strategies.aggregation.dp`), its noise drawn from OS entropy."""
+    (`methods.base.Aggregation.server_step`), made what the privacy mode needs (`methods.privacy`:
+    DP-FedAvg with the accountant's noise multiplier for ``dp = "client"``)."""
     step = config.method.server_step(config.method_settings, config)
-    if accountant is None:
-        return step
-    return with_client_dp(step, clip=config.privacy.clip, noise=accountant.noise, rng=np.random.default_rng())
+    return config.privacy.component.aggregator(step, config, accountant)
 
 
 def plan_privacy(config: RunConfig, grid: Grid) -> ClientAccountant | None:
-    """``dp = "client"``: δ, the noise multiplier and the ε cap settled before round 1
-    (`strategies.privacy`; ConfigError for a δ or cap that cannot hold), n the sites connected now,
-    at least ``min-nodes``; None for any other ``dp``."""
-    if config.privacy.mode != "client":
-        return None
+    """The privacy mode's server accountant (`methods.privacy`; ``dp = "client"``: δ, the noise
+    multiplier and the ε cap settled before round 1, ConfigError for a δ or cap that cannot hold),
+    n the sites connected now, at least ``min-nodes``; None where the server accounts nothing."""
     sites = max(config.min_nodes, len(list(grid.get_node_ids())))
-    accountant = ClientAccountant.plan(config.privacy, sites, config.num_server_rounds)
-    log(INFO, "dp = 'client': noise multiplier %.4g, clip %g, δ %.3g for %d sites; ε after %d rounds %.4g, "
-        "cap %.4g", accountant.noise, config.privacy.clip, accountant.delta, sites, config.num_server_rounds,
-        accountant.epsilon(config.num_server_rounds), accountant.cap)
+    try:
+        accountant = config.privacy.component.accountant(config, sites)
+    except ValueError as err:
+        raise ConfigError(str(err)) from None
+    if accountant is not None:
+        log(INFO, "dp = %r: noise multiplier %.4g, clip %g, δ %.3g for %d sites; ε after %d rounds %.4g, "
+            "cap %.4g", config.privacy.mode, accountant.noise, config.privacy.clip, accountant.delta, sites,
+            config.num_server_rounds, accountant.epsilon(config.num_server_rounds), accountant.cap)
     return accountant
 
 
@@ -145,9 +140,8 @@ def build_strategy(config: RunConfig, num_layers: int, recorder: Recorder,
     `methods` entries, each with its own settings), plus the run's training and scoring settings;
     ``accountant``: ``dp = "client"`` (`plan_privacy`)."""
     rule = make_rule(config.strategy, config.optimizer, config.selection_settings.server_keywords(config))
-    if accountant is not None and rule.scorer:
-        log(WARNING, "dp = 'client' with strategy = %r: the ε covers the adapter updates given the masks, "
-            "not the %s layer scores the sites send un-noised to choose them", config.strategy, rule.scorer)
+    if warning := config.privacy.component.warning(config):
+        log(WARNING, "%s", warning)
     return LayerSelectionStrategy(
         rule, num_layers,
         aggregator=aggregator_for(config, accountant),

@@ -240,38 +240,15 @@ class RunConfig:
         if len(set(sizes)) > 1 and self.adapter != "pq-lora":
             raise ConfigError(f"model-sizes = {self.model_sizes!r} mixes sizes, which only adapter = "
                               f"'pq-lora' can share (got {self.adapter!r})")
-        if self.privacy.mode == "client" and self.method.client_dp_refusal:
-            raise ConfigError(f"dp = 'client' does not work with aggregation = {self.aggregation!r}: "
-                              f"{self.method.client_dp_refusal}")
         if self.group_conflict != "none" and not self.groups:
             raise ConfigError(f"group-conflict = {self.group_conflict!r} needs client-groups, one group id "
                               "per partition id, e.g. client-groups = '0,0,1,1'")
         if self.run_name in (".", "..") or "/" in self.run_name or "\\" in self.run_name:
             raise ConfigError(f"run-name = {self.run_name!r} must be a plain folder name")
-        self._check_privacy()
-
-    def _check_privacy(self) -> None:
-        """``dp = "sample"``: refuse, in one line with the reason, what per-sample DP-SGD cannot cover
-        (tried with Opacus 1.6, tests/tasks/test_privacy.py): an aggregation that uses a client's data
-        outside its adapters (`MethodSettings.extra_release`), and adapters or settings Opacus has no
-        correct per-example gradient for. The model-dependent check is the server's (`plan_run`)."""
-        if self.privacy.mode != "sample":
-            return
-        why = self.method_settings.extra_release()
-        if why:
-            raise ConfigError(f"dp = 'sample' does not cover aggregation = {self.aggregation!r}: {why}")
-        refused = {
-            "adapter": ("pq-lora", "Opacus has no per-example gradient for PQ-LoRA's modules (its functorch "
-                        "fallback cannot call them); use adapter = 'lora' or 'layer'"),
-            "gradient-checkpointing": (True, "Opacus's per-example hooks get no activations from "
-                                       "recomputed blocks; use gradient-checkpointing = false"),
-            "quantization": ("4bit", "per-example gradients over a 4-bit base are untested here (CUDA only, "
-                             "no oracle test); use quantization = 'none'"),
-        }
-        for key, (value, why) in refused.items():
-            if getattr(self, key.replace("-", "_")) == value:
-                shown = str(value).lower() if isinstance(value, bool) else repr(value)
-                raise ConfigError(f"{key} = {shown} is not supported with dp = 'sample': {why}")
+        try:
+            self.privacy.component.check(self)
+        except ValueError as err:
+            raise ConfigError(str(err)) from None
 
     def model_spec(self, device: str = "cpu", client: bool = True, size: str = "base"
                    ) -> model_registry.ModelSpec:

@@ -40,8 +40,8 @@ from flwr.serverapp import Grid
 from flwr.serverapp.strategy import Result, Strategy
 
 from methods.masked_fedavg.server import masked_fedavg
+from methods.privacy.client import ClientAccountant
 from strategies.aggregation import Aggregator
-from strategies.privacy import ClientAccountant
 from strategies.records import State, from_record, to_record
 from strategies.round.clients import Clients
 from strategies.round.close import ClosingPhase

@@ -22,6 +22,7 @@ from flwr.app import ArrayRecord, Message, MetricRecord
 from flower_compat import flower_version, release_mismatch
 from strategies.aggregation import ClientUpdate
 from strategies.records import CLIENT_ID, IDENTITY, RUNTIME, State, from_record, layer_index
+from tasks.names import DP_SAT_OUT
 
 SCORES_KEY = "scores"
 ARRAYS_KEY = "arrays"
@@ -158,6 +159,10 @@ def check_scores(msg: Message, num_layers: int) -> LayerReport:
     content = _content(msg)
     check_release(content)
     metrics = _metrics(content, SCORES_KEY)
+    if metrics.get(DP_SAT_OUT):
+        reached, cap = metrics.get("dp-epsilon-next", 0), metrics.get("dp-budget", 0)
+        raise Rejected(f"scores withheld: releasing them would take its ε to {reached:.4g} "
+                       f"> dp-epsilon = {cap:.4g}")
     raw = metrics.get("eigenvalues")
     if not isinstance(raw, list):
         raise Rejected("'eigenvalues' missing or not a list")

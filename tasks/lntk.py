@@ -86,10 +86,15 @@ class LayerScores:
 
 
 def layer_scores(model: FederatedVLM, samples: Sequence[Sample], mode: str = "loss",
-                 piece_size: int | None = None) -> LayerScores:
+                 piece_size: int | None = None, clip: float | None = None) -> LayerScores:
     """λ₁ of every selectable layer's LNTK on `samples` and the normalised scores Sˡ; the hook path
-    scores at most ``piece_size`` samples at a time (None: all at once), with the same result."""
+    scores at most ``piece_size`` samples at a time (None: all at once), with the same result.
+    ``clip``: every sample's Jacobian over all layers clipped to that L2 norm first (`clip_grams`;
+    mode "loss" only), what a differentially private release of λ₁ needs."""
     check_mode(model, mode)
+    if clip is not None and mode != "loss":
+        raise ValueError(f"score-mode = {mode!r} cannot clip a sample's Jacobian for a private release; "
+                         "use score-mode = 'loss'")
     if len(samples) == 0:
         raise ValueError("samples is empty: LNTK scoring needs at least one sample")
     pieces = piece_bounds(len(samples), piece_size)
@@ -103,6 +108,8 @@ def layer_scores(model: FederatedVLM, samples: Sequence[Sample], mode: str = "lo
             eigenvalues = _paper_eigenvalues(model, batch, groups)
         else:
             grams = _grams(model, batch, groups, mode, pieces)
+            if clip is not None:
+                grams = clip_grams(grams, clip)
             eigenvalues = np.array([principal_eigenvalue(g) for g in grams])
     finally:
         if was_training:
@@ -123,6 +130,17 @@ def check_mode(model: FederatedVLM, mode: str) -> None:
     if mode == "logit" and model.generative:
         raise ValueError(f"score-mode = 'logit' cannot score generator {type(model).__name__}: its logits "
                          "are per token over its vocabulary; use score-mode = 'loss' or 'paper'")
+
+
+def clip_grams(grams: Sequence[torch.Tensor], clip: float) -> list[torch.Tensor]:
+    """The per-layer n × n Grams (mode "loss") of the samples' gradients each scaled to L2 norm at
+    most ``clip`` over all layers together (per-sample clipping as in DP-SGD): sample i's squared
+    norm is Σ_l Θˡ_ii, its factor cᵢ = min(1, clip / normᵢ), and the clipped Θˡ is D Θˡ D, D = diag(c),
+    exactly the Gram of the clipped rows, so no Jacobian is formed again."""
+    norms = torch.stack([g.diagonal() for g in grams]).sum(0).clamp_min(0).sqrt()
+    factor = (clip / norms.clamp_min(torch.finfo(norms.dtype).tiny)).clamp(max=1.0)
+    outer = factor[:, None] * factor[None, :]
+    return [g * outer for g in grams]
 
 
 def principal_eigenvalue(gram: torch.Tensor, lanczos_above: int = LANCZOS_ABOVE) -> float:

@@ -29,12 +29,9 @@ that supports it, else float32); adapters are float32 whatever it is."""
 MODEL_SIZES: tuple[str, ...] = ("base", "large")
 """FedMosaic's two client sizes of one family (run setting ``model-sizes``); a registry entry lists
 the ones it builds (`tasks.models.registry.ModelEntry.sizes`)."""
-DP_HISTORY: str = "dp-history"
-"""Personal-state entry of a ``dp = "sample"`` client: one row (σ, q, steps) per round it trained
-(`tasks.privacy.HISTORY_COLUMNS`), kept on the client, from which its ε spent is composed."""
 DP_SAT_OUT: str = "dp-sat-out"
-"""Train-reply metric (1) of a ``dp = "sample"`` client that sits a round out: one more round would
-pass its ``dp-epsilon`` (`client_app.privacy`)."""
+"""Train- or scores-reply metric (1) of a ``dp = "sample"`` site that sits a round out or withholds
+its scores: one more release would pass its ``dp-epsilon`` (`methods.privacy.sample`)."""
 
 
 def parse_name(value: object, names: Iterable[str], kind: str, empty: bool = False) -> tuple[str, str]:

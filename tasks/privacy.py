@@ -24,8 +24,10 @@ the seed, the round and the partition id, and noise it could regenerate it could
 run does not repeat itself; runs without DP still do. Opacus's ``secure_mode`` (a
 cryptographically safe noise source, torchcsprng, which does not install here) is off: torch's
 Mersenne Twister seeded with 63 bits of entropy is unpredictable to the server, not a CSPRNG.
-The release is the client's adapters after its local steps; the server's layer assignment, the
-budget and the example count the client reports are not privatised here.
+The release is the client's adapters after its local steps and, for a rule that scores layers by
+LNTK, its per-layer λ₁ once a round through the Gaussian mechanism (`noise_scores`), both composed
+into one ε; the server's layer assignment, the budget and the example count the client reports are
+not privatised here.
 """
 
 from __future__ import annotations
@@ -65,13 +67,21 @@ def resolve_delta(delta: float, n: int, units: str = "training examples on this 
 
 @dataclass(frozen=True)
 class SamplePlan:
-    """A client's DP-SGD plan: σ (noise multiplier), clip C, Poisson rate q, its δ and target ε."""
+    """A client's plan: σ (DP-SGD's noise multiplier), clip C, Poisson rate q, its δ and target ε,
+    and the noise multiplier and Poisson rate of its layer scores' releases (`noise_scores`; noise
+    0: it releases none)."""
 
     noise_multiplier: float
     clip: float
     sample_rate: float
     delta: float
     epsilon: float
+    score_noise: float = 0.0
+    score_rate: float = 1.0
+
+    def score_row(self) -> np.ndarray:
+        """One score release as a history row (σ, q, count): the Poisson-sampled Gaussian mechanism."""
+        return np.array([[self.score_noise, self.score_rate, 1.0]])
 
     def expected_batch(self, n: int) -> int:
         """q · n, the divisor of the noised sum (Opacus's ``expected_batch_size``)."""
@@ -130,29 +140,67 @@ def _epsilon(rows: tuple[tuple[float, float, int], ...], delta: float, accountan
     return float(pld.compose(_event(np.array(rows))).get_epsilon(delta))
 
 
-def calibrate(epsilon: float, delta: float, sample_rate: float, count: int) -> float:
-    """The smallest noise multiplier (to 1e-4) whose ``count`` compositions at ``sample_rate``
-    spend at most ``epsilon`` at ``delta`` by PLD. Searched between half the RDP one and the RDP
-    one (RDP never understates ε), where PLD's discretisation stays small: a tiny multiplier's
-    distribution over many compositions would take gigabytes."""
+def calibrate(epsilon: float, delta: float, sample_rate: float, count: int,
+              fixed: tuple[tuple[float, float, int], ...] = ()) -> float:
+    """The smallest noise multiplier (to 1e-4) whose ``count`` compositions at ``sample_rate``,
+    composed with the ``fixed`` history rows (σ, q, count), spend at most ``epsilon`` at ``delta``
+    by PLD. Searched from half the RDP multiplier of the ``count`` compositions alone (RDP never
+    understates ε, and the fixed rows only add to it), where PLD's discretisation stays small: a
+    tiny multiplier's distribution over many compositions would take gigabytes."""
     import dp_accounting
     from dp_accounting.pld import PLDAccountant
     from opacus.accountants.utils import get_noise_multiplier
 
+    def event(sigma: float):
+        return _event(np.array([[sigma, sample_rate, count], *fixed]))
+
+    def spent(sigma: float) -> float:
+        return float(PLDAccountant(value_discretization_interval=PLD_INTERVAL).compose(event(sigma))
+                     .get_epsilon(delta))
+
     rdp_sigma = get_noise_multiplier(target_epsilon=epsilon, target_delta=delta, sample_rate=sample_rate,
                                      steps=count, accountant="rdp")
+    high = rdp_sigma + 1e-3
+    for _ in range(30):
+        if spent(high) <= epsilon:
+            break
+        high *= 1.5
+    else:
+        raise ValueError(f"dp-epsilon = {epsilon!r}: no noise multiplier fits the fixed releases {fixed}")
     return float(dp_accounting.calibrate_dp_mechanism(
-        lambda: PLDAccountant(value_discretization_interval=PLD_INTERVAL),
-        lambda sigma: _event(np.array([[sigma, sample_rate, count]])), epsilon, delta,
-        dp_accounting.ExplicitBracketInterval(0.5 * rdp_sigma, rdp_sigma + 1e-3), tol=1e-4))
+        lambda: PLDAccountant(value_discretization_interval=PLD_INTERVAL), event, epsilon, delta,
+        dp_accounting.ExplicitBracketInterval(0.5 * rdp_sigma, high), tol=1e-4))
 
 
 @lru_cache(maxsize=64)
-def plan(epsilon: float, delta: float, clip: float, n: int, batch_size: int, steps: int) -> SamplePlan:
-    """σ for (ε, δ) after ``steps`` DP-SGD steps at q = min(1, batch_size / n) (`calibrate`, PLD)."""
+def plan(epsilon: float, delta: float, clip: float, n: int, batch_size: int, steps: int,
+         score_releases: int = 0, score_share: float = 0.0, score_batch: int = 1) -> SamplePlan:
+    """σ for (ε, δ) after ``steps`` DP-SGD steps at q = min(1, batch_size / n) (`calibrate`, PLD),
+    composed with ``score_releases`` Gaussian releases of the layer scores on Poisson batches at
+    rate min(1, score_batch / n) (`noise_scores`), whose noise multiplier alone would spend
+    ``score_share`` of ε: the split only chooses the two multipliers, the composition of both is
+    what spends ε."""
     delta = resolve_delta(delta, n)
     q = min(1.0, batch_size / n)
-    return SamplePlan(calibrate(epsilon, delta, q, steps), float(clip), q, delta, float(epsilon))
+    if score_releases == 0:
+        return SamplePlan(calibrate(epsilon, delta, q, steps), float(clip), q, delta, float(epsilon))
+    rate = min(1.0, score_batch / n)
+    score_noise = calibrate(score_share * epsilon, delta, rate, score_releases)
+    sigma = calibrate(epsilon, delta, q, steps, fixed=((score_noise, rate, score_releases),))
+    return SamplePlan(sigma, float(clip), q, delta, float(epsilon), score_noise, rate)
+
+
+def noise_scores(eigenvalues: np.ndarray, plan: SamplePlan, rng: np.random.Generator) -> np.ndarray:
+    """The Gaussian mechanism on a client's per-layer λ₁ (F3OCUS §4.1) computed on a Poisson batch
+    (each example with probability ``plan.score_rate``, drawn from OS entropy, so the accountant
+    composes the subsampled Gaussian) with every example's Jacobian clipped to ``plan.clip``
+    (`tasks.lntk.clip_grams`): adding or removing one example
+    moves layer l's λ₁ by at most that example's squared row norm in layer l (Weyl: Θˡ changes by a
+    PSD rank-one term of that trace), and those norms sum to at most C² over the layers, so the
+    vector's L2 sensitivity is C² (clipping per layer instead would give C²·√L). Noise
+    N(0, (z·C²)²) per layer, z = ``plan.score_noise``; negative results are set to 0 (post-processing)."""
+    scale = plan.score_noise * plan.clip ** 2
+    return np.clip(np.asarray(eigenvalues, np.float64) + rng.normal(0.0, scale, len(eigenvalues)), 0.0, None)
 
 
 def fresh_rng() -> np.random.Generator:

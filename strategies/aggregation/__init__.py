@@ -1,6 +1,6 @@
-"""What every aggregation step shares: its signature and what it receives and returns (`types`), and
-DP-FedAvg, which wraps a per-array mean step for ``dp = "client"`` (`dp`). The steps themselves live
-in their method packages (`methods`)."""
+"""What every aggregation step shares: its signature and what it receives and returns (`types`). The
+steps themselves live in their method packages (`methods`); DP-FedAvg, which wraps a per-array mean
+step for ``dp = "client"``, in `methods.privacy.dp_fedavg`."""
 
 from __future__ import annotations
 

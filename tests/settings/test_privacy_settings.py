@@ -6,9 +6,10 @@ from settings import ConfigError, RunConfig, default_config
 
 
 def test_the_default_run_has_no_privacy_and_a_mode_parses():
-    assert not RunConfig.from_mapping(default_config()).privacy.enabled
+    assert RunConfig.from_mapping(default_config()).privacy.component.name == "none"
     config = RunConfig.from_mapping({**default_config(), "dp": "client", "dp-noise": 0.5})
-    assert (config.privacy.mode, config.privacy.noise, config.privacy.enabled) == ("client", 0.5, True)
+    assert (config.privacy.mode, config.privacy.noise) == ("client", 0.5)
+    assert config.privacy.component.name == "client"
 
 
 @pytest.mark.parametrize(("key", "value", "message"), [

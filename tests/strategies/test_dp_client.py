@@ -1,5 +1,5 @@
 """dp = "client" (issue 39 item 2): DP-FedAvg's clipping and per-array noise
-(`strategies.aggregation.dp`), its ε (`strategies.privacy`) against dp-accounting called here on its
+(`methods.privacy.dp_fedavg`), its ε (`methods.privacy.client`) against dp-accounting called here on its
 own, the budget stop, and the one-line refusals before round 1."""
 
 from __future__ import annotations
@@ -16,12 +16,12 @@ from client_app.app import app as client_app
 from experiments.sweep import incomplete
 from flower_compat.inprocess import InProcessGrid
 from methods.masked_fedavg.server import masked_fedavg
+from methods.privacy.client import ClientAccountant
+from methods.privacy.dp_fedavg import clip_update, update_norm, with_client_dp
 from server_app.app import app as server_app
 from settings import ConfigError, RunConfig
 from settings.privacy import PrivacySettings
 from strategies.aggregation import ClientUpdate
-from strategies.aggregation.dp import clip_update, update_norm, with_client_dp
-from strategies.privacy import ClientAccountant
 from strategies.records import from_record
 from tests.client_app.test_config_node import RUN
 from tests.helpers.gaussian_dp import exact_gaussian_epsilon
@@ -141,7 +141,7 @@ def test_the_noise_from_dp_epsilon_spends_it_over_the_planned_rounds():
      r"^dp-epsilon = 1.0 is below the ε = \d+\.?\d* that one round"),
 ])
 def test_a_budget_that_cannot_hold_is_refused_in_one_line(privacy, message):
-    with pytest.raises(ConfigError, match=message):
+    with pytest.raises(ValueError, match=message):
         ClientAccountant.plan(privacy, num_sites=3, num_rounds=3)
 
 

@@ -28,10 +28,10 @@ from flwr.app import ConfigRecord, Context, Message, MessageType, RecordDict
 from safetensors.numpy import load_file
 
 import tasks
-from client_app.app import _scoring_batch
 from client_app.app import app as client_app
 from client_app.runtime import client_setup
 from flower_compat.inprocess import InProcessGrid
+from methods.privacy import Budget
 from server_app.app import app as server_app
 from server_app.app import build_strategy, plan_run
 from server_app.results import Recorder
@@ -72,7 +72,7 @@ class OldScores:
         assert not config["evaluate"]  # the old order's scoring message only scored
         setup = client_setup(ctx)
         seed = setup.config.seed * 1_000_003 + self.scored_round * 1_009 + setup.partition_id
-        batch = _scoring_batch(setup.partition.train, int(config["score-batch-size"]), seed)
+        batch = Budget().scoring_batch(setup.partition.train, int(config["score-batch-size"]), seed)
         eigenvalues = tasks.score_layers(setup.model, batch, scorer=str(config["score"]),
                                          mode=str(config["score-mode"]))
         reply.content["scores"]["eigenvalues"] = [float(v) for v in eigenvalues]

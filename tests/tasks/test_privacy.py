@@ -16,10 +16,9 @@ from torch import nn
 
 import run_simulation
 import tasks
-from client_app.privacy import SampleBudget
 from settings import ConfigError, RunConfig, default_config
 from tasks.adapters import freeze_except, personal_parameter_names
-from tasks.names import DP_HISTORY, DP_SAT_OUT
+from tasks.names import DP_SAT_OUT
 from tasks.privacy import (
     SamplePlan,
     empty_step,
@@ -220,18 +219,16 @@ def test_a_trainable_batchnorm_is_refused_by_opacuss_check():
 
 
 def test_a_client_sits_out_the_round_that_would_pass_its_budget():
-    setup = type("Setup", (), {})()
-    setup.config = _config(**{"num-server-rounds": 3, "dp-rounds": 2, "local-steps": 5, "batch-size": 4,
-                              "dp-epsilon": 2.0})
-    setup.partition = type("Partition", (), {"train": list(range(40))})()
-    stored: dict = {}
+    config = _config(**{"num-server-rounds": 3, "dp-rounds": 2, "local-steps": 5, "batch-size": 4,
+                        "dp-epsilon": 2.0, "strategy": "random"})
+    history = np.zeros((0, 3))
     for round_ in (1, 2):
-        budget = SampleBudget.of(setup, stored)
+        budget = config.privacy.component.budget(config, 40, history)
         assert budget.sit_out(5) is None
         reply: dict = {}
-        budget.record(5, stored, reply)
-        assert stored[DP_HISTORY].shape == (round_, 3) and reply["dp-epsilon"] <= 2.0
-    reply = SampleBudget.of(setup, stored).sit_out(5)
+        history = budget.record(5, reply)
+        assert history.shape == (round_, 3) and reply["dp-epsilon"] <= 2.0
+    reply = config.privacy.component.budget(config, 40, history).sit_out(5)
     assert reply[DP_SAT_OUT] == 1 and reply["dp-epsilon"] <= 2.0 < reply["dp-epsilon-next"]
 
 

@@ -19,7 +19,7 @@ Where this deviates from masked FedAvg (Eq. 1/5): weights are uniform, not by ex
 example-weighted means give a client with many examples a larger share and so a sensitivity above
 C/n_k (and the counts would be private too). The guarantee treats which sites took part and which
 arrays each sent (the masks) as public; the wrapped aggregator must return each array's uniform mean
-over its senders (`methods.base.Aggregation.client_dp`).
+over its senders (`methods.base.Aggregation.client_dp_refusal`).
 """
 
 from __future__ import annotations
