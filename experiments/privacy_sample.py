@@ -54,15 +54,17 @@ def rows(dirs: Sequence[Path]) -> list[dict]:
     return out
 
 
-PER_ROUND = ("round", "partition-id", "dp-epsilon", "dp-delta", "dp-noise-multiplier", "dp-sample-rate",
-             "dp-sat-out")
+PER_ROUND = ("round", "partition-id", "dp-epsilon", "dp-epsilon-rdp", "dp-delta", "dp-noise-multiplier",
+             "dp-sample-rate", "dp-score-noise", "dp-sat-out", "eigenvalues")
 
 
 def per_round(run_dir: Path) -> list[dict]:
-    """One run's privacy record: per round and client, the ε spent and its plan, or that it sat out."""
+    """One run's privacy record: per round and client, the ε spent and its plan, or that it sat out,
+    and the (noised) λ₁ the site sent for that round."""
     rows_ = [json.loads(line) for line in (run_dir / "clients.jsonl").read_text().splitlines()]
     return [{"round": r["round"], "partition-id": r["partition-id"],
-             **{k: (r["train"] or {}).get(k, 0) for k in PER_ROUND[2:]}} for r in rows_]
+             **{k: (r["train"] or {}).get(k, 0) for k in PER_ROUND[2:-1]},
+             "eigenvalues": " ".join(f"{v:.4g}" for v in r.get("eigenvalues") or [])} for r in rows_]
 
 
 def read_csv(path: Path) -> list[dict]:
