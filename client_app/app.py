@@ -16,7 +16,7 @@ from flwr.clientapp import ClientApp
 import tasks
 from client_app.hooks import TrainStep, client_hook
 from client_app.node import node_settings
-from client_app.personal import load_ledger, save_ledger, save_personal
+from client_app.personal import append_ledger, load_ledger, save_personal
 from client_app.replies import check_mask, error_replies
 from client_app.runtime import ClientSetup, client_setup, load_global, reported_budget, resolve_budget
 from client_app.worker import site_mod
@@ -55,9 +55,9 @@ def train(msg: Message, context: Context) -> Message:
     received = from_record(msg.content["arrays"])
     stored = load_global(setup, context, received, str(config["run-dir"]), before=server_round)
     steps = int(config["local-steps"])
-    privacy = setup.config.privacy.component
-    budget = _budget(setup, context, str(config["run-dir"]))
-    sat_out = budget.sit_out(steps)
+    privacy, run_dir = setup.config.privacy.component, str(config["run-dir"])
+    allowance = _allowance(setup, context, run_dir)
+    sat_out = allowance.sit_out(steps)
     if sat_out is not None:  # one more round would pass dp-epsilon: no training, the server records it
         sat_out.update({"num-examples": len(setup.partition.train), "partition-id": setup.partition_id})
         return Message(RecordDict({"arrays": to_record({}), "metrics": MetricRecord(sat_out)}), reply_to=msg)
@@ -75,14 +75,13 @@ def train(msg: Message, context: Context) -> Message:
             + setup.partition_id,
             device=setup.device,
             on_batch=hook.on_batch,
-            privacy=budget.plan,
+            privacy=allowance.plan,
         )
     reply = {**metrics, "num-examples": len(setup.partition.train),
              "partition-id": setup.partition_id}
     personal = tasks.get_personal_state(setup.model)
-    history = budget.record(steps, reply)
-    if history is not None:  # the release is on the ledger before it leaves the site
-        save_ledger(context, history, str(config["run-dir"]))
+    if (rows := allowance.record(steps)) is not None:  # on the ledger before it leaves the site
+        allowance.report(append_ledger(context, rows, run_dir), reply)
     upload, local = hook.finish(tasks.get_layer_state(setup.model, layers), personal, reply)
     upload = privacy.clip(upload, received, setup.config)
     reply = privacy.release(reply, server_round)
@@ -103,8 +102,8 @@ def evaluate(msg: Message, context: Context) -> Message:
     would pass the site's budget."""
     setup = client_setup(context)
     config = msg.content["config"]
-    privacy = setup.config.privacy.component
-    budget = _budget(setup, context, str(config["run-dir"]))  # a δ the site cannot honour: refused here
+    privacy, run_dir = setup.config.privacy.component, str(config["run-dir"])
+    allowance = _allowance(setup, context, run_dir)  # a δ the site cannot honour: refused here
     server_round, scorer = int(config["server-round"]), str(config["score"])
     reply = RecordDict({RUNTIME: runtime_record()})
     if config["evaluate"] or scorer != "none":
@@ -112,34 +111,38 @@ def evaluate(msg: Message, context: Context) -> Message:
                     before=server_round + 1)
     if config["evaluate"]:
         reply["metrics"] = MetricRecord(_evaluation(setup, server_round))
-    public = {"budget": resolve_budget(setup, context), "num-examples": len(setup.partition.train),
-              "partition-id": setup.partition_id}
-    refused = budget.scores_refused() if scorer != "none" else None
-    if refused is not None:  # one more release would pass dp-epsilon: no scores, the server records it
-        reply["scores"] = MetricRecord({**refused, **public})
-        return Message(reply, reply_to=msg)
+    # a private release measures the layer budget first (afterwards free memory tells of its batch)
+    layer_budget = resolve_budget(setup, context) if allowance.score_clip is not None else None
+    refused = allowance.scores_refused() if scorer != "none" else None
     start = time.perf_counter()
-    eigenvalues = np.zeros(len(setup.model.layer_names))
-    if scorer != "none":
-        batch = budget.scoring_batch(setup.partition.train, int(config["score-batch-size"]),
-                                     setup.config.seed * 1_000_003 + (server_round + 1) * 1_009
-                                     + setup.partition_id)
+    scores: dict = {}
+    if refused is not None:  # one more release would pass dp-epsilon: no scores, the server records it
+        scores = refused
+    elif scorer == "none":
+        scores["eigenvalues"] = [0.0] * len(setup.model.layer_names)
+    else:
+        batch = allowance.scoring_batch(setup.partition.train, int(config["score-batch-size"]),
+                                        setup.config.seed * 1_000_003 + (server_round + 1) * 1_009
+                                        + setup.partition_id)
+        eigenvalues = np.zeros(len(setup.model.layer_names))
         if batch:
             eigenvalues = tasks.score_layers(
                 setup.model, batch, scorer=scorer, mode=str(config["score-mode"]),
-                piece_size=setup.config.training.batch_size, clip=budget.score_clip)  # a step's memory
-        eigenvalues, history = budget.release_scores(eigenvalues)
-        if history is not None:  # on the ledger before it leaves the site
-            save_ledger(context, history, str(config["run-dir"]))
-    scores = {"eigenvalues": [float(v) for v in eigenvalues], **public,
-              "seconds": time.perf_counter() - start}
+                piece_size=setup.config.training.batch_size, clip=allowance.score_clip)  # a step's memory
+        eigenvalues, rows = allowance.release_scores(eigenvalues)
+        if rows is not None:  # on the ledger before it leaves the site
+            append_ledger(context, rows, run_dir)
+        scores["eigenvalues"] = [float(v) for v in eigenvalues]
+    scores.update({"budget": resolve_budget(setup, context) if layer_budget is None else layer_budget,
+                   "num-examples": len(setup.partition.train), "partition-id": setup.partition_id,
+                   "seconds": time.perf_counter() - start})
     reply["scores"] = MetricRecord(privacy.release(scores, server_round))
     return Message(reply, reply_to=msg)
 
 
-def _budget(setup: ClientSetup, context: Context, run_dir: str) -> Budget:
-    """This site's privacy budget (`methods.privacy`) with its ledger; ConfigError for a setting
-    (``dp-delta``) the site cannot honour."""
+def _allowance(setup: ClientSetup, context: Context, run_dir: str) -> Budget:
+    """This site's privacy budget (`methods.privacy.Budget`) with its ledger; ConfigError for a
+    setting (``dp-delta``) the site cannot honour."""
     try:
         return setup.config.privacy.component.budget(setup.config, len(setup.partition.train),
                                                      load_ledger(context, run_dir))

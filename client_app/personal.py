@@ -25,6 +25,7 @@ under keys prefixed ``LOCAL``: `load_personal` leaves them out, `load_local_adap
 
 from __future__ import annotations
 
+import fcntl
 import hashlib
 import os
 import re
@@ -38,6 +39,7 @@ from strategies.records import from_record, to_record
 
 PREFIX = "personal-"
 LEDGER = "dp-ledger"
+LEGACY_HISTORY = "dp-history"  # where the personal state kept a site's privacy history before the ledger
 KEEP = 2  # the head being repeated after a crash (round r-1) and the one it replaces (round r)
 LOCAL = "local-adapter/"  # key prefix of the client's own adapters in a stored state
 _NAME = re.compile(rf"{PREFIX}(\d+)(?:\.safetensors)?")  # a file name, or a context.state key
@@ -110,25 +112,35 @@ def _stale(stored: dict[int, str], server_round: int) -> list[str]:
 
 
 def load_ledger(context: Context, run_dir: str = "") -> np.ndarray:
-    """The site's privacy ledger (rows σ, q, count; `tasks.privacy.HISTORY_COLUMNS`), empty if none."""
+    """The site's privacy ledger (rows σ, q, count; `tasks.privacy.HISTORY_COLUMNS`), empty if none.
+    A run checkpointed before the ledger existed kept its history in the personal state
+    (``dp-history``); that history is read instead, so a resumed run goes on counting from it."""
     folder = _state_dir(context, run_dir)
     if folder is None:
         stored = from_record(context.state[LEDGER]) if LEDGER in context.state.array_records else None
     else:
         path = folder / f"{LEDGER}.safetensors"
         stored = load_file(path) if path.exists() else None
-    return np.zeros((0, 3)) if stored is None else stored["history"].reshape(-1, 3)
+    if stored is None:
+        stored = {"history": (_load(context, run_dir, 1 << 62) or {}).get(LEGACY_HISTORY, np.zeros((0, 3)))}
+    return np.asarray(stored["history"], np.float64).reshape(-1, 3)
 
 
-def save_ledger(context: Context, history: np.ndarray, run_dir: str = "") -> None:
-    """Replace the ledger with ``history`` (the stored one plus this message's releases), atomically."""
-    state = {"history": np.ascontiguousarray(history, dtype=np.float64)}
+def append_ledger(context: Context, rows: np.ndarray, run_dir: str = "") -> np.ndarray:
+    """Append ``rows`` to the site's ledger and return the whole ledger. The file is re-read under
+    an exclusive lock, so two messages of one site that overlap (one process per message, or a
+    reply the server gave up on) both land; written to a temporary file, then renamed."""
     folder = _state_dir(context, run_dir)
     if folder is None:
-        context.state[LEDGER] = to_record(state)
-        return
+        history = np.vstack([load_ledger(context, run_dir), rows])
+        context.state[LEDGER] = to_record({"history": history})
+        return history
     folder.mkdir(parents=True, exist_ok=True)
-    path = folder / f"{LEDGER}.safetensors"
-    tmp = path.with_suffix(".tmp")
-    save_file(state, tmp)
-    os.replace(tmp, path)
+    with open(folder / f"{LEDGER}.lock", "w") as lock:
+        fcntl.flock(lock, fcntl.LOCK_EX)
+        history = np.ascontiguousarray(np.vstack([load_ledger(context, run_dir), rows]), dtype=np.float64)
+        path = folder / f"{LEDGER}.safetensors"
+        tmp = path.with_suffix(".tmp")
+        save_file({"history": history}, tmp)
+        os.replace(tmp, path)
+    return history

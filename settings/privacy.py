@@ -37,7 +37,7 @@ class PrivacySettings(MethodSettings):
                            help="client: noise multiplier z; 0 = the z that spends dp-epsilon")
     max_epsilon: float = setting(0.0, "dp-max-epsilon", low=0.0,
                                  help="client: stop before a round whose ε passes this; 0 = dp-epsilon")
-    score_share: float = setting(0.2, "dp-score-share", low=0.0, high=1.0, strict_low=True,
+    score_share: float = setting(0.2, "dp-score-share", low=0.0, high=0.99, strict_low=True,
                                  help="sample: share of dp-epsilon whose noise the LNTK scores' releases get")
     """``sample`` with a rule that scores by LNTK: the multiplier of the scores' Gaussian noise is the
     one whose releases alone would spend this share of ``dp-epsilon``; DP-SGD's σ is then planned so

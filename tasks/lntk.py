@@ -136,9 +136,12 @@ def clip_grams(grams: Sequence[torch.Tensor], clip: float) -> list[torch.Tensor]
     """The per-layer n × n Grams (mode "loss") of the samples' gradients each scaled to L2 norm at
     most ``clip`` over all layers together (per-sample clipping as in DP-SGD): sample i's squared
     norm is Σ_l Θˡ_ii, its factor cᵢ = min(1, clip / normᵢ), and the clipped Θˡ is D Θˡ D, D = diag(c),
-    exactly the Gram of the clipped rows, so no Jacobian is formed again."""
+    exactly the Gram of the clipped rows, so no Jacobian is formed again. A sample whose gradient is
+    not finite gets factor 0 (it is left out rather than let a NaN through)."""
     norms = torch.stack([g.diagonal() for g in grams]).sum(0).clamp_min(0).sqrt()
     factor = (clip / norms.clamp_min(torch.finfo(norms.dtype).tiny)).clamp(max=1.0)
+    factor = torch.where(torch.isfinite(norms), factor, torch.zeros_like(factor))
+    grams = [torch.nan_to_num(g, nan=0.0, posinf=0.0, neginf=0.0) for g in grams]
     outer = factor[:, None] * factor[None, :]
     return [g * outer for g in grams]
 

@@ -47,8 +47,9 @@ if TYPE_CHECKING:  # torch and Opacus load where training starts: a site's Clien
     from opacus.grad_sample import GradSampleHooks
     from torch import nn
 
-HISTORY_COLUMNS = ("noise-multiplier", "sample-rate", "steps")
-"""The columns of a client's DP-SGD history (one row per round it trained), what the accountant composes."""
+HISTORY_COLUMNS = ("noise-multiplier", "sample-rate", "count")
+"""The columns of a client's privacy history (one row per release: a round's DP-SGD steps, or a
+release of its layer scores), what the accountant composes."""
 
 
 def resolve_delta(delta: float, n: int, units: str = "training examples on this client") -> float:
@@ -200,7 +201,8 @@ def noise_scores(eigenvalues: np.ndarray, plan: SamplePlan, rng: np.random.Gener
     vector's L2 sensitivity is C² (clipping per layer instead would give C²·√L). Noise
     N(0, (z·C²)²) per layer, z = ``plan.score_noise``; negative results are set to 0 (post-processing)."""
     scale = plan.score_noise * plan.clip ** 2
-    return np.clip(np.asarray(eigenvalues, np.float64) + rng.normal(0.0, scale, len(eigenvalues)), 0.0, None)
+    values = np.nan_to_num(np.asarray(eigenvalues, np.float64), nan=0.0, posinf=0.0, neginf=0.0)
+    return np.clip(values + rng.normal(0.0, scale, len(values)), 0.0, None)
 
 
 def fresh_rng() -> np.random.Generator:

@@ -20,17 +20,22 @@ class Budget:
 
     plan: Any = None
     """The DP-SGD plan local training runs under (`tasks.privacy.SamplePlan`), None: plain training."""
-    score_clip: float | None = None
-    """The L2 clip of a sample's Jacobian when layer scores are released privately, else None."""
+
+    @property
+    def score_clip(self) -> float | None:
+        """The L2 clip of a sample's Jacobian when layer scores are released privately, else None."""
+        return None
 
     def sit_out(self, steps: int) -> dict[str, float] | None:
         """Reply metrics of sitting this round out if its ``steps`` would pass the budget, else None."""
         return None
 
-    def record(self, steps: int, reply: dict) -> np.ndarray | None:
-        """After training: the history to store (None: nothing to store); the accountant's figures
-        into ``reply``."""
+    def record(self, steps: int) -> np.ndarray | None:
+        """The ledger rows of a round's ``steps`` once trained (None: nothing to record)."""
         return None
+
+    def report(self, history: np.ndarray, reply: dict) -> None:
+        """The accountant's figures for the site's whole ``history`` (its ledger) into ``reply``."""
 
     def scoring_batch(self, samples: list, size: int, seed: int) -> list:
         """This round's scoring batch of the site's training ``samples``: ``size`` of them, drawn
@@ -43,7 +48,7 @@ class Budget:
         return None
 
     def release_scores(self, eigenvalues: np.ndarray) -> tuple[np.ndarray, np.ndarray | None]:
-        """The scores to send and the history to store after sending them (None: nothing to store)."""
+        """The scores to send and their ledger rows (None: nothing to record)."""
         return eigenvalues, None
 
 

@@ -66,6 +66,9 @@ class ClientAccountant:
 
 
 class ClientPrivacy(Privacy):
+    """``dp = "client"`` (module doc): the aggregations it refuses, the accountant, DP-FedAvg, the
+    site's own clip."""
+
     name = "client"
     released = frozenset({"num-examples", "partition-id", "budget", "eigenvalues"})
     """A site's train reply: its clipped arrays, example count and id; its scores reply: budget and

@@ -59,9 +59,13 @@ REFUSED = {
 
 @dataclass(frozen=True)
 class SampleBudget(Budget):
-    """A site's DP-SGD plan and the history of its releases, as one message sees them."""
+    """A site's DP-SGD plan and the history of its releases (its ledger), as one message sees them."""
 
     history: np.ndarray = field(default_factory=lambda: np.zeros((0, 3)))
+
+    @property
+    def score_clip(self) -> float:
+        return self.plan.clip
 
     def _after(self, rows: np.ndarray) -> np.ndarray:
         return np.vstack([self.history, rows])
@@ -79,15 +83,16 @@ class SampleBudget(Budget):
     def sit_out(self, steps: int) -> dict[str, float] | None:
         return self._refusal(self._train_row(steps))
 
-    def record(self, steps: int, reply: dict) -> np.ndarray:
-        history = self._after(self._train_row(steps))
+    def record(self, steps: int) -> np.ndarray:
+        return self._train_row(steps)
+
+    def report(self, history: np.ndarray, reply: dict) -> None:
         reply.update({EPSILON: epsilon_spent(history, self.plan.delta),
                       "dp-epsilon-rdp": epsilon_spent(history, self.plan.delta, "rdp"),
                       "dp-delta": self.plan.delta,
                       "dp-noise-multiplier": self.plan.noise_multiplier,
                       "dp-sample-rate": self.plan.sample_rate,
                       "dp-score-noise": self.plan.score_noise})
-        return history
 
     def scoring_batch(self, samples: list, size: int, seed: int) -> list:
         """A Poisson batch at the plan's score rate from OS entropy (``seed`` unused: the server knows it)."""
@@ -98,10 +103,12 @@ class SampleBudget(Budget):
         return self._refusal(self.plan.score_row())
 
     def release_scores(self, eigenvalues: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
-        return noise_scores(eigenvalues, self.plan, fresh_rng()), self._after(self.plan.score_row())
+        return noise_scores(eigenvalues, self.plan, fresh_rng()), self.plan.score_row()
 
 
 class SamplePrivacy(Privacy):
+    """``dp = "sample"`` (module doc): the settings it refuses, the model check, each site's plan."""
+
     name = "sample"
     released = RELEASED
 
@@ -149,5 +156,5 @@ class SamplePrivacy(Privacy):
     def budget(self, config: Any, n: int, history: np.ndarray) -> SampleBudget:
         resolve_delta(config.privacy.delta, n)
         sample_plan = self.plan(config, n)
-        return SampleBudget(sample_plan, config.privacy.clip, np.asarray(history, np.float64).reshape(-1, 3))
+        return SampleBudget(sample_plan, history)
 

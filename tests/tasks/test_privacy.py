@@ -226,7 +226,8 @@ def test_a_client_sits_out_the_round_that_would_pass_its_budget():
         budget = config.privacy.component.budget(config, 40, history)
         assert budget.sit_out(5) is None
         reply: dict = {}
-        history = budget.record(5, reply)
+        history = np.vstack([history, budget.record(5)])
+        budget.report(history, reply)
         assert history.shape == (round_, 3) and reply["dp-epsilon"] <= 2.0
     reply = config.privacy.component.budget(config, 40, history).sit_out(5)
     assert reply[DP_SAT_OUT] == 1 and reply["dp-epsilon"] <= 2.0 < reply["dp-epsilon-next"]

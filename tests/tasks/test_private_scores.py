@@ -11,7 +11,7 @@ import torch
 import tasks
 from settings import ConfigError, RunConfig, default_config
 from tasks.adapters import layer_parameter_names
-from tasks.lntk import layer_scores
+from tasks.lntk import clip_grams, layer_scores
 from tasks.names import BASELINE_SCORERS, DP_SAT_OUT
 from tasks.privacy import SamplePlan, epsilon_spent, fresh_rng, noise_scores, plan
 
@@ -127,11 +127,11 @@ def test_a_site_withholds_the_score_release_that_would_pass_its_budget():
     for _ in range(2):  # the planned releases: a score vector, then a round, twice
         budget = privacy.budget(config, 40, history)
         assert budget.scores_refused() is None and budget.score_clip == 1.0
-        scores, history = budget.release_scores(np.ones(4))
+        scores, rows = budget.release_scores(np.ones(4))
         assert not np.array_equal(scores, budget.release_scores(np.ones(4))[0])  # fresh noise each time
-        budget = privacy.budget(config, 40, history)
+        budget = privacy.budget(config, 40, np.vstack([history, rows]))
         assert budget.sit_out(5) is None
-        history = budget.record(5, {})
+        history = np.vstack([budget.history, budget.record(5)])
     refused = privacy.budget(config, 40, history).scores_refused()
     assert refused[DP_SAT_OUT] == 1 and refused["dp-epsilon"] <= 2.0 < refused["dp-epsilon-next"]
 
@@ -146,3 +146,12 @@ def test_scores_without_a_bounded_sensitivity_are_refused_in_one_line(values, me
     with pytest.raises(ConfigError, match=message):
         _config(**values)
     RunConfig.from_mapping({**default_config(), **values})  # fine without dp
+
+
+def test_a_non_finite_gradient_is_left_out_of_the_clipped_scores_not_sent_as_nan():
+    grams = [torch.tensor([[1.0, 0.5, float("nan")], [0.5, 2.0, float("nan")], [float("nan")] * 3],
+                          dtype=torch.float64) for _ in range(2)]
+    clipped = clip_grams(grams, 1.0)
+    assert all(torch.isfinite(g).all() and not g[2].any() and not g[:, 2].any() for g in clipped)
+    dp = SamplePlan(noise_multiplier=1.0, clip=1.0, sample_rate=0.1, delta=1e-5, epsilon=1.0, score_noise=1.0)
+    assert np.isfinite(noise_scores(np.array([np.nan, np.inf, 1.0]), dp, fresh_rng())).all()
