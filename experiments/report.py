@@ -15,7 +15,8 @@ Writes into the experiment directory (see `experiments.sweep`):
 - ``eigenvalues.png`` (Fig. 3): principal LNTK eigenvalue per layer per client, round 1;
 - ``layer_ranks.png`` (Figs. 5 and 6): per client and round, the rank of every layer by the client's
   own LNTK score, its own top-k (before the server step) and the F3OCUS mask (after it);
-- ``selection_histogram.png`` (Fig. 7): how often each layer is selected, ``lntk`` vs ``f3ocus``;
+- ``selection_histogram.png`` (Fig. 7): how often each layer is selected, ``lntk`` (else ``random``)
+  vs ``f3ocus``;
 - ``pareto_front.png``: the optimiser's Pareto front of the last round, the picked solution marked.
 Figures whose runs are missing (e.g. no ``lntk`` run) are skipped. Every figure is written with
 ``<stem>.csv``, exactly the values it plots, and ``python -m experiments.report --from-tables <dir>``
@@ -422,11 +423,10 @@ def selection_counts(runs: Sequence[Run], num_layers: int) -> np.ndarray:
     return counts / max(len(runs), 1)
 
 
-def histogram_table(lntk: Sequence[Run], f3ocus: Sequence[Run], num_layers: int) -> Table:
-    """Fig. 7's values: selections per run of every layer, ``lntk`` and ``f3ocus``."""
+def histogram_table(series: Sequence[tuple[str, Sequence[Run]]], num_layers: int) -> Table:
+    """Fig. 7's values: selections per run of every layer, for each (label, runs) of ``series``."""
     return [{"series": label, "runs": len(group), "layer": layer, "selections_per_run": count}
-            for label, group in (("lntk", lntk), ("f3ocus", f3ocus))
-            for layer, count in enumerate(selection_counts(group, num_layers))]
+            for label, group in series for layer, count in enumerate(selection_counts(group, num_layers))]
 
 
 def draw_histogram(path: Path, rows: Table) -> Path:
@@ -513,9 +513,10 @@ def figure_tables(runs: Sequence[Run], groups: Sequence[str]) -> dict[str, Table
         if f3_run.fronts:
             tables["pareto_front"] = front_table(f3_run)
     lntk_runs = [r for r in runs if own and r.group == own[0]]
+    other = ("lntk", lntk_runs) if lntk_runs else ("random", [r for r in runs if r.strategy == "random"])
     f3_runs = [r for r in runs if f3 and r.group == f3[0]]
-    if lntk_runs and f3_runs:
-        tables["selection_histogram"] = histogram_table(lntk_runs, f3_runs,
+    if other[1] and f3_runs:
+        tables["selection_histogram"] = histogram_table([other, ("f3ocus", f3_runs)],
                                                         len(f3_runs[0].config["layer-names"]))
     return {stem: rows for stem, rows in tables.items() if rows}
 

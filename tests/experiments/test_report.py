@@ -173,3 +173,16 @@ def test_figures_are_redrawn_from_their_tables_without_runs(experiment, capsys):
         assert (root / f"{stem}.png").read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
     assert report.main(["--from-tables", str(root / "runs")]) == 2
     assert "no figure table" in capsys.readouterr().err
+
+
+def test_without_lntk_runs_the_histogram_sets_f3ocus_beside_random(tmp_path):
+    """Planted: random's masks are those of `write_run` too, so both series count layers 0, 1, 3."""
+    for seed in (0, 1):
+        write_run(tmp_path, f"f3ocus-nsga2-s{seed}", "f3ocus", seed, (0.5, 0.5))
+        write_run(tmp_path, f"random-s{seed}", "random", seed, (0.4, 0.4))
+    (tmp_path / "experiment.json").write_text(json.dumps({"strategies": ["f3ocus", "random"]}))
+    report.write_report(tmp_path)
+    hist = [(r["series"], r["runs"], r["layer"], float(r["selections_per_run"]))
+            for r in _table(tmp_path / "selection_histogram.csv")]
+    assert hist == [(s, "2", str(layer), count) for s in ("random", "f3ocus")
+                    for layer, count in enumerate((2.0, 2.0, 0.0, 2.0))]
