@@ -15,8 +15,8 @@ Writes into the experiment directory (see `experiments.sweep`):
 - ``eigenvalues.png`` (Fig. 3): principal LNTK eigenvalue per layer per client, round 1;
 - ``layer_ranks.png`` (Figs. 5 and 6): per client and round, the rank of every layer by the client's
   own LNTK score, its own top-k (before the server step) and the F3OCUS mask (after it);
-- ``selection_histogram.png`` (Fig. 7): how often each layer is selected, ``lntk`` (else ``random``)
-  vs ``f3ocus``;
+- ``selection_histogram.png`` (Fig. 7): how often each layer is selected, ``lntk`` (else a rule
+  that picks without scores, as ``random``) vs ``f3ocus``;
 - ``pareto_front.png``: the optimiser's Pareto front of the last round, the picked solution marked.
 Figures whose runs are missing (e.g. no ``lntk`` run) are skipped. Every figure is written with
 ``<stem>.csv``, exactly the values it plots, and ``python -m experiments.report --from-tables <dir>``
@@ -497,6 +497,14 @@ def own_lntk_top_k(strategy: str) -> bool:
     return bool(entry and entry.scorer == LNTK and not entry.optimises)
 
 
+def budgeted_without_scores(strategy: str) -> bool:
+    """Does ``strategy`` train a budget's worth of layers chosen without scores (as ``random``, the
+    histogram's other side when no LNTK top-k run exists)?"""
+    entry = SELECTIONS.get(strategy)
+    return bool(entry and entry.scorer is None and entry.needs_budget and entry.trains_adapter
+                and not entry.optimises)
+
+
 def figure_tables(runs: Sequence[Run], groups: Sequence[str]) -> dict[str, Table]:
     """The table of every figure whose runs exist, by figure stem."""
     tables = {"convergence": per_round_table(runs, groups, "train", "train_loss")}
@@ -513,7 +521,9 @@ def figure_tables(runs: Sequence[Run], groups: Sequence[str]) -> dict[str, Table
         if f3_run.fronts:
             tables["pareto_front"] = front_table(f3_run)
     lntk_runs = [r for r in runs if own and r.group == own[0]]
-    other = ("lntk", lntk_runs) if lntk_runs else ("random", [r for r in runs if r.strategy == "random"])
+    plain = next((g for g in groups for r in runs
+                  if r.group == g and budgeted_without_scores(r.strategy)), None)
+    other = ("lntk", lntk_runs) if lntk_runs else (plain, [r for r in runs if plain and r.group == plain])
     f3_runs = [r for r in runs if f3 and r.group == f3[0]]
     if other[1] and f3_runs:
         tables["selection_histogram"] = histogram_table([other, ("f3ocus", f3_runs)],
