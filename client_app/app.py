@@ -23,6 +23,7 @@ from client_app.worker import site_mod
 from methods.privacy import Budget
 from settings import ConfigError, RunConfig
 from strategies.records import IDENTITY, RUNTIME, from_record, runtime_record, to_record
+from tasks.names import NO_SCORE
 
 # error_replies outermost: a setting the site cannot use is an error reply, wherever it ran;
 # site_mod: a deployed site's messages run in its warm worker (client_app.worker)
@@ -105,20 +106,21 @@ def evaluate(msg: Message, context: Context) -> Message:
     privacy, run_dir = setup.config.privacy.component, str(config["run-dir"])
     allowance = _allowance(setup, context, run_dir)  # a δ the site cannot honour: refused here
     server_round, scorer = int(config["server-round"]), str(config["score"])
+    scoring = scorer != NO_SCORE  # the server asks this node for the next round's scores
     reply = RecordDict({RUNTIME: runtime_record()})
-    if config["evaluate"] or scorer != "none":
+    if config["evaluate"] or scoring:
         load_global(setup, context, from_record(msg.content["arrays"]), str(config["run-dir"]),
                     before=server_round + 1)
     if config["evaluate"]:
         reply["metrics"] = MetricRecord(_evaluation(setup, server_round))
     # a private release measures the layer budget first (afterwards free memory tells of its batch)
     layer_budget = resolve_budget(setup, context) if allowance.score_clip is not None else None
-    refused = allowance.scores_refused() if scorer != "none" else None
+    refused = allowance.scores_refused() if scoring else None
     start = time.perf_counter()
     scores: dict = {}
     if refused is not None:  # one more release would pass dp-epsilon: no scores, the server records it
         scores = refused
-    elif scorer == "none":
+    elif not scoring:
         scores["eigenvalues"] = [0.0] * len(setup.model.layer_names)
     else:
         batch = allowance.scoring_batch(setup.partition.train, int(config["score-batch-size"]),

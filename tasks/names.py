@@ -21,6 +21,8 @@ LNTK: str = "lntk"
 BASELINE_SCORERS: tuple[str, ...] = ("magnitude", "fishmask", "gradflow", "snip", "grasp", "synflow", "rgn")
 """The pruning scores of `tasks.scores` (one function each, of the same name); each is also a top-k
 selection rule of that name (`methods.reference`)."""
+NO_SCORE: str = "none"
+"""The ``score`` of an evaluate message that asks a client for no layer scores this round."""
 SCORE_MODES: tuple[str, ...] = ("loss", "logit", "paper")
 """Run setting ``score-mode``: the LNTK of a layer (`tasks.lntk.layer_scores`)."""
 DTYPES: tuple[str, ...] = ("auto", "float32", "bfloat16", "float16")

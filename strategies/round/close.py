@@ -12,6 +12,7 @@ from flwr.serverapp.strategy import Result
 from strategies.records import to_record
 from strategies.round.log import RoundLog, weighted_means
 from strategies.validation import Rejected, check_evaluation, check_scores, unique_by_node
+from tasks.names import NO_SCORE
 
 
 class ClosingPhase:
@@ -46,7 +47,7 @@ class ClosingPhase:
             if node in self.scored and scorer:
                 part.update(self.score_config)
             part.update({"server-round": server_round, "evaluate": node in self.evaluated,
-                         "score": scorer if node in self.scored and scorer else "none"})
+                         "score": scorer if node in self.scored and scorer else NO_SCORE})
             messages.append(self._message(node, MessageType.EVALUATE, part, records.get(node)))
         return messages
 
