@@ -146,8 +146,9 @@ def _allowance(setup: ClientSetup, context: Context, run_dir: str) -> Budget:
     """This site's privacy budget (`methods.privacy.Budget`) with its ledger; ConfigError for a
     setting (``dp-delta``) the site cannot honour."""
     try:
-        return setup.config.privacy.component.budget(setup.config, len(setup.partition.train),
-                                                     load_ledger(context, run_dir))
+        component = setup.config.privacy.component
+        history = load_ledger(context, run_dir) if component.keeps_ledger else np.zeros((0, 3))
+        return component.budget(setup.config, len(setup.partition.train), history)
     except ValueError as err:
         raise ConfigError(str(err)) from None
 

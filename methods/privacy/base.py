@@ -58,6 +58,8 @@ class Privacy:
     name = "none"
     released: frozenset[str] | None = None
     """Metrics a train or scores reply may carry (None: all); the rest stays on the site."""
+    keeps_ledger = False
+    """Does a site account its own releases (its ledger, read for `budget`)?"""
 
     def check(self, config: Any) -> None:
         """ValueError in one line for a run setting this mode cannot honour (`settings.RunConfig`)."""

@@ -111,6 +111,7 @@ class SamplePrivacy(Privacy):
 
     name = "sample"
     released = RELEASED
+    keeps_ledger = True
 
     def check(self, config: Any) -> None:
         why = config.method_settings.extra_release()
