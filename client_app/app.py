@@ -77,6 +77,7 @@ def train(msg: Message, context: Context) -> Message:
             device=setup.device,
             on_batch=hook.on_batch,
             privacy=allowance.plan,
+            physical_batch=setup.config.training.physical_batch,
         )
     reply = {**metrics, "num-examples": len(setup.partition.train),
              "partition-id": setup.partition_id}

@@ -46,7 +46,12 @@ class ClientSetup:
 
 @lru_cache(maxsize=4)
 def _partition(dataset: str, pid: int, num: int, partitioner: str, seed: int, max_train: int,
-               max_test: int, state_dir: str = "") -> tasks.Partition:
+               max_test: int, validation: float = 0.0, state_dir: str = "") -> tasks.Partition:
+    if validation:
+        from tasks.data.validation import hold_out
+
+        return hold_out(_partition(dataset, pid, num, partitioner, seed, max_train, max_test, 0.0, state_dir),
+                        validation, seed * 1_000_003 + pid, max_test)
     if state_dir:  # a deployed site: its prepared partition, memory-mapped from its state-dir
         from tasks.data.cache import cached_partition
 
@@ -58,11 +63,13 @@ def _partition(dataset: str, pid: int, num: int, partitioner: str, seed: int, ma
 
 def client_partition(config: RunConfig, dataset: str, pid: int, num: int, state_dir: str = ""
                      ) -> tasks.Partition:
-    """Partition `pid` of `num` as its client sees it: with ``group-conflict = "answers"`` a
+    """Partition `pid` of `num` as its client sees it: with ``validation-share`` its evaluation split
+    is that share of its training samples (`tasks.data.validation.hold_out`); with
+    ``group-conflict = "answers"`` a
     client of an odd group (``client-groups``) sees the answers rotated (a planted conflict,
     `tasks.data.conflict`)."""
     partition = _partition(dataset, pid, num, config.partitioner, config.seed, config.max_train_samples,
-                           config.max_test_samples, state_dir)
+                           config.max_test_samples, config.validation_share, state_dir)
     if config.group_conflict == "answers" and group_of(pid, config.groups) % 2:
         from tasks.data import answers_by_type
         from tasks.data.conflict import rotate_answers

@@ -52,7 +52,7 @@ and each method's own keys are checked by its settings dataclass (in its `method
 BOUNDS = {
     "num-server-rounds": (1, None), "lora-rank": (1, None), "max-train-samples": (0, None),
     "max-test-samples": (0, None), "min-nodes": (1, None), "fraction-train": (0.0, 1.0),
-    "fraction-evaluate": (0.0, 1.0), "round-timeout": (0.0, None),
+    "validation-share": (0.0, 0.95), "fraction-evaluate": (0.0, 1.0), "round-timeout": (0.0, None),
     "seed": (0, None), "num-blocks": (1, None), "max-new-tokens": (0, None),
 }
 STRICT_LOW = ("round-timeout", "fraction-train")
@@ -106,6 +106,7 @@ class RunConfig:
     partitioner: str
     max_train_samples: int
     max_test_samples: int
+    validation_share: float
     budgets: str
     fraction_train: float
     fraction_evaluate: float

@@ -19,7 +19,10 @@ class TrainingSettings(MethodSettings):
     local_steps: int = setting(20, "local-steps", low=1,
                                help="local optimisation steps per round")
     batch_size: int = setting(16, "batch-size", low=1,
-                              help="local batch size")
+                              help="local batch size (dp = 'sample': the expected Poisson batch)")
+    physical_batch: int = setting(0, "physical-batch", low=0,
+                                  help="most examples one forward and backward pass holds; a larger batch "
+                                       "accumulates its gradients over chunks for one step (0 = whole batch)")
     lr: float = setting(1e-4, "lr", low=0.0, strict_low=True,
                         help="AdamW learning rate of the adapters (§C.3)")
     head_lr: float = setting(3e-3, "head-lr", low=0.0, strict_low=True,

@@ -63,11 +63,13 @@ def train(
     device: str = "cpu",
     on_batch: Callable[[int, list[Sample]], None] | None = None,
     privacy: SamplePlan | None = None,
+    physical_batch: int = 0,
 ) -> dict[str, float]:
     """`steps` AdamW steps on the masked layers + personal params; returns loss statistics.
 
     ``on_batch(step, samples)`` sees every training batch before its step (FedMosaic's SIMA
-    gradient, `methods.sima.tracker`); ``privacy``: DP-SGD steps (module doc)."""
+    gradient, `methods.sima.tracker`); ``privacy``: DP-SGD steps (module doc); ``physical_batch``:
+    the most examples one forward and backward pass holds (`_step`; 0 = the whole batch)."""
     if len(samples) == 0:
         raise ValueError("samples is empty: cannot train on zero samples")
     _positive_int("steps", steps)
@@ -75,6 +77,8 @@ def train(
     _positive_float("lr", lr)
     if head_lr is not None:
         _positive_float("head_lr", head_lr)
+    if physical_batch != 0:
+        _positive_int("physical_batch", physical_batch)
     if not (isinstance(weight_decay, (int, float)) and weight_decay >= 0):
         raise ValueError(f"weight_decay must be a number >= 0, got {weight_decay!r}")
     model.to(resolve_device(device))
@@ -111,17 +115,7 @@ def train(
             chosen_samples = [samples[i] for i in idx]
             if on_batch is not None:
                 on_batch(step, chosen_samples)
-            batch = model.collate(chosen_samples)
-            batch = {k: v.to(model.device) for k, v in batch.items()}
-            with torch.set_grad_enabled(optimizer is not None):
-                out = model(batch)
-                loss = (model.loss(out, batch["labels"]) if privacy is None
-                        else model.sample_losses(out, batch["labels"]).mean())
-            if optimizer is not None:
-                optimizer.zero_grad(set_to_none=True)
-                loss.backward()
-                optimizer.step()
-            losses.append(loss.item())
+            losses.append(_step(model, optimizer, chosen_samples, privacy is not None, physical_batch))
     model.eval()
     stats = {"samples_seen": float(sum(len(i) for i in order)), "steps": float(steps)}
     if privacy is not None and optimizer is not None:
@@ -130,6 +124,45 @@ def train(
         stats.update(train_loss=float(np.mean(losses)), train_loss_first=losses[0],
                      train_loss_last=losses[-1])
     return stats
+
+
+def _step(model: FederatedVLM, optimizer: torch.optim.Optimizer | None, samples: list[Sample],
+          private: bool, physical_batch: int) -> float:
+    """One optimiser step on ``samples`` (no step without an optimiser), their forward and backward
+    passes in chunks of at most ``physical_batch`` (0: one chunk), so a large (expected) batch fits
+    in memory; returns the batch's mean loss. Plain training weighs each chunk's mean loss by its
+    share of the batch, so the gradients add up to the whole batch's (for a token-averaged
+    generative loss: each chunk's tokens weighed by its examples). DP-SGD (Opacus's virtual steps,
+    what its ``BatchMemoryManager`` does for a DataLoader): every chunk but the last only clips its
+    per-example gradients into the running sum (``signal_skip_step``); the last adds the noise once
+    and divides by the expected batch, so the step is the one the accountant counts."""
+    size = physical_batch or len(samples)
+    chunks = [samples[i : i + size] for i in range(0, len(samples), size)]
+    if optimizer is not None:
+        optimizer.zero_grad(set_to_none=True)
+    total = 0.0
+    for j, chunk in enumerate(chunks):
+        batch = {k: v.to(model.device) for k, v in model.collate(chunk).items()}
+        share = len(chunk) / len(samples)
+        with torch.set_grad_enabled(optimizer is not None):
+            out = model(batch)
+            labels = batch["labels"]
+            loss = model.sample_losses(out, labels).mean() if private else model.loss(out, labels)
+        total += loss.item() * share
+        if optimizer is None:
+            continue
+        if private:
+            loss.backward()
+            last = j == len(chunks) - 1
+            optimizer.signal_skip_step(do_skip=not last)
+            optimizer.step()
+            if not last:
+                optimizer.zero_grad(set_to_none=True)  # the per-example gradients go; their clipped sum stays
+        else:
+            (loss * share).backward()
+    if optimizer is not None and not private:
+        optimizer.step()
+    return total
 
 
 @torch.no_grad()

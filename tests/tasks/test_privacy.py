@@ -32,27 +32,7 @@ from tasks.privacy import (
 )
 from tests.helpers.gaussian_dp import exact_gaussian_epsilon
 from tests.helpers.inprocess import Simulator
-
-
-def _prepared(name: str, layers: list[int]) -> tuple[tasks.FederatedVLM, list]:
-    """``name`` with ``layers`` and its head trainable, no dropout (so a batch and its examples run
-    the same function), every LoRA B drawn at random (at its zero init, A has no gradient)."""
-    partition = tasks.load_partition("synthetic", 0, 1, "iid", seed=0, max_train=8, max_test=2)
-    model = tasks.build_model(tasks.ModelSpec(name, seed=0), len(partition.labels))
-    model.answers = tuple(partition.labels)
-    mask = np.zeros(len(model.layer_names), dtype=bool)
-    mask[layers] = True
-    freeze_except(model, mask)
-    model.train()
-    generator = torch.Generator().manual_seed(0)
-    for module in model.modules():
-        if isinstance(module, nn.Dropout):
-            module.p = 0.0
-    with torch.no_grad():
-        for pname, param in model.named_parameters():
-            if "lora_B" in pname and param.requires_grad:
-                param.copy_(torch.randn(param.shape, generator=generator) * 0.05)
-    return model, partition.train
+from tests.helpers.prepared import prepared_model
 
 
 @pytest.mark.parametrize(("name", "layers"), [
@@ -60,7 +40,7 @@ def _prepared(name: str, layers: list[int]) -> tuple[tasks.FederatedVLM, list]:
     ("tiny-llava", [0, 1]),  # a generator: its language blocks and projector
 ])
 def test_opacus_per_example_gradients_equal_per_example_backward_passes(name, layers):
-    model, samples = _prepared(name, layers)
+    model, samples = prepared_model(name, layers)
     names = [n for n, p in model.named_parameters() if p.requires_grad]
     assert any(".lora_A." in n for n in names) and any(".lora_B." in n for n in names)
     batch = model.collate(samples[:2])
@@ -79,7 +59,7 @@ def test_opacus_per_example_gradients_equal_per_example_backward_passes(name, la
 
 
 def test_a_generators_example_loss_is_its_own_mean_over_its_answer_tokens():
-    model, samples = _prepared("tiny-llava", [0])
+    model, samples = prepared_model("tiny-llava", [0])
     batch = model.collate(samples[:3])
     together = model.sample_losses(model(batch), batch["labels"])
     for i in range(3):
@@ -204,7 +184,7 @@ def test_server_level_fedpia_is_post_processing_and_allowed():
 
 
 def test_gradient_checkpointing_really_leaves_opacus_without_per_example_gradients():
-    model, samples = _prepared("tiny-llava", [0])
+    model, samples = prepared_model("tiny-llava", [0])
     model.backbone.gradient_checkpointing_enable()
     names = [n for n, p in model.named_parameters() if p.requires_grad and ".lora_" in n]
     with pytest.raises(AttributeError):  # grad_sample stays None: the refusal above is needed
