@@ -10,7 +10,8 @@ One sweep per ε on the same benchmark, ε = ∞ being ``dp = "none"`` (docs/res
 
 Printed: a markdown row per experiment (target ε, seeds, overall accuracy, majority-answer accuracy,
 uplink MB and training seconds per round, mean ± sample std over seeds, and the largest ε any
-client reported spending, `methods.privacy.sample`), then the per-seed paired differences of overall
+client reported spending, `methods.privacy.sample`, beside the largest ε of any site's own ledger by
+Opacus's PRV accountant and by RDP, `ledger_epsilons`), then the per-seed paired differences of overall
 accuracy against the first experiment with their 95 % t interval (`experiments.paired`; 2 or
 more common seeds). ``--csv``: one line per run, the values the table summarises.
 """
@@ -28,7 +29,9 @@ from experiments.paired import paired_row, seed_metrics
 from experiments.report import Run, load_runs, mean_std, plus_minus
 
 COLUMNS = ("experiment", "target-epsilon", "seed", "overall", "majority", "uplink_mb", "training_s",
-           "epsilon-spent")
+           "epsilon-spent", "epsilon-prv", "epsilon-rdp")
+LEDGERS = "clients/partition-*/dp-ledger.safetensors"
+"""Where a simulated site keeps its ledger in the run folder (`client_app.personal`)."""
 
 
 def target(run: Run) -> float:
@@ -42,6 +45,28 @@ def spent(run: Run) -> float:
                 if r.get("train") and "dp-epsilon" in r["train"]), default=0.0)
 
 
+def ledger_epsilons(run: Run) -> dict[str, float]:
+    """The largest ε any site of ``run`` spent, by Opacus's PRV accountant (Gopi et al. 2021) and by
+    RDP, each composing the site's own ledger (every release it made: a round's DP-SGD steps, a score
+    vector) at the δ it reported; 0 without per-sample DP. Independent of the PLD ε the run records."""
+    from opacus.accountants import PRVAccountant
+    from safetensors.numpy import load_file
+
+    from tasks.privacy import epsilon_spent
+
+    deltas = {int(r["partition-id"]): float(r["train"]["dp-delta"]) for r in run.clients
+              if r.get("train") and "dp-delta" in r["train"]}
+    prv, rdp = [0.0], [0.0]
+    for path in sorted(run.path.glob(LEDGERS)) if run.path else ():
+        history = load_file(path)["history"].reshape(-1, 3)
+        delta = deltas[int(path.parent.name.removeprefix("partition-"))]
+        accountant = PRVAccountant()
+        accountant.history = [(float(s), float(q), int(k)) for s, q, k in history if k > 0]
+        prv.append(float(accountant.get_epsilon(delta)))
+        rdp.append(epsilon_spent(history, delta, "rdp"))
+    return {"epsilon-prv": max(prv), "epsilon-rdp": max(rdp)}
+
+
 def rows(dirs: Sequence[Path]) -> list[dict]:
     """One dict (`COLUMNS`) per complete run of each experiment."""
     out = []
@@ -49,8 +74,8 @@ def rows(dirs: Sequence[Path]) -> list[dict]:
         for run in load_runs(Path(directory))[0]:
             metrics = seed_metrics(run)
             out.append({"experiment": Path(directory).name, "target-epsilon": target(run),
-                        "seed": run.seed, **{k: metrics.get(k, float("nan")) for k in COLUMNS[3:-1]},
-                        "epsilon-spent": spent(run)})
+                        "seed": run.seed, **{k: metrics.get(k, float("nan")) for k in COLUMNS[3:-3]},
+                        "epsilon-spent": spent(run), **ledger_epsilons(run)})
     return out
 
 
@@ -78,14 +103,17 @@ def report(table: Sequence[dict]) -> str:
     """The markdown table and paired differences (module doc) of `rows`' output."""
     names = list(dict.fromkeys(r["experiment"] for r in table))
     lines = ["| experiment | target ε | seeds | overall % | majority % | uplink MB / round "
-             "| training s / round | largest ε spent |", "|---|---|---|---|---|---|---|---|"]
+             "| training s / round | largest ε spent: PLD (recorded) / PRV / RDP |",
+             "|---|---|---|---|---|---|---|---|"]
     by_name = {n: {r["seed"]: r for r in table if r["experiment"] == n} for n in names}
     for name, seeds in by_name.items():
         first = next(iter(seeds.values()))
         cells = [plus_minus(mean_std([r[k] for r in seeds.values()]), d)
                  for k, d in (("overall", 2), ("majority", 1), ("uplink_mb", 2), ("training_s", 1))]
         lines.append(f"| {name} | {first['target-epsilon']:g} | {','.join(map(str, sorted(seeds)))} | "
-                     + " | ".join(cells) + f" | {max(r['epsilon-spent'] for r in seeds.values()):.3f} |")
+                     + " | ".join(cells) + " | " + " / ".join(
+                         f"{max(r.get(k, float('nan')) for r in seeds.values()):.3f}"
+                         for k in ("epsilon-spent", "epsilon-prv", "epsilon-rdp")) + " |")
     lines += ["", *comparisons(by_name)]
     return "\n".join(lines) + "\n"
 

@@ -58,6 +58,8 @@ class Run:
     clients: list[dict]
     fronts: list[dict]
     initial: list[dict] = field(default_factory=list)
+    path: Path | None = None
+    """The run's folder (None: a run not read from one)."""
 
     @property
     def strategy(self) -> str:
@@ -123,7 +125,8 @@ def load_runs(experiment_dir: Path) -> tuple[list[Run], list[str]]:
         initial = sorted((r for r in clients if r["round"] == 0 and r["evaluate"]),
                          key=lambda r: r["partition-id"])
         runs.append(Run(run_dir.name, config, [r for r in rounds if r["round"] > 0],
-                        [r for r in clients if r["round"] > 0], _lines(run_dir / "fronts.jsonl"), initial))
+                        [r for r in clients if r["round"] > 0], _lines(run_dir / "fronts.jsonl"), initial,
+                        run_dir))
     return runs, incomplete
 
 

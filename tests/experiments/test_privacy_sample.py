@@ -3,7 +3,12 @@
 import json
 from pathlib import Path
 
+import numpy as np
+import pytest
+from safetensors.numpy import save_file
+
 from experiments.privacy_sample import main, per_round, read_csv, report, rows
+from tasks.privacy import epsilon_spent
 
 
 def _run(root: Path, seed: int, accuracy: float, epsilon: float | None) -> None:
@@ -29,9 +34,10 @@ def test_the_table_pairs_each_epsilon_with_no_privacy_by_seed(tmp_path: Path) ->
         _run(tmp_path / "eps-1", seed, acc - 0.10 - 0.01 * seed, 1.0)  # -10, -11, -12 pp
     table = rows([tmp_path / "eps-inf", tmp_path / "eps-1"])
     text = report(table)
-    assert "| eps-inf | inf | 0,1,2 | 82.00 ± 2.00 | 50.0 ± 0.0 | 1.00 ± 0.00 | 2.5 ± 0.0 | 0.000 |" in text
-    # 70, 73, 70 %; the last cell: the largest ε any client spent in any round
-    assert "| eps-1 | 1 | 0,1,2 | 71.00 ± 1.73 | 50.0 ± 0.0 | 1.00 ± 0.00 | 2.5 ± 0.0 | 0.990 |" in text
+    assert "| eps-inf | inf | 0,1,2 | 82.00 ± 2.00 | 50.0 ± 0.0 | 1.00 ± 0.00 | 2.5 ± 0.0 | 0.000 / 0.000 / 0.000 |" in text
+    # 70, 73, 70 %; the last cell: the largest ε any client spent in any round (no ledger: PRV, RDP 0)
+    assert ("| eps-1 | 1 | 0,1,2 | 71.00 ± 1.73 | 50.0 ± 0.0 | 1.00 ± 0.00 | 2.5 ± 0.0 "
+            "| 0.990 / 0.000 / 0.000 |") in text
     # differences -10, -11, -12: mean -11, sd 1, t_{0.975,2} 4.302653 / sqrt 3 -> half width 2.484138
     assert ("| eps-1 − eps-inf | overall | 0,1,2 | -10.00, -11.00, -12.00 | -11.00 | [-13.48, -8.52] "
             "| lower |") in text
@@ -54,3 +60,24 @@ def test_per_round_lists_each_clients_epsilon_and_sitting_out(tmp_path: Path) ->
         fh.write(json.dumps({"round": 3, "partition-id": 0, "train": sat_out}) + "\n")
     assert [(r["round"], r["dp-epsilon"], r["dp-sat-out"]) for r in per_round(run)] == [
         (1, 0.8, 0), (2, 1.98, 0), (3, 1.98, 1)]
+
+
+def test_prv_and_rdp_compose_each_sites_own_ledger_and_the_largest_is_shown(tmp_path: Path) -> None:
+    """Two sites' ledgers (a round of 500 DP-SGD steps and a score release; the other half as many
+    steps): PRV's ε of the larger agrees with the PLD accountant to 2 % and RDP's is above it, so the
+    column neither reads the recorded ε nor averages the sites."""
+    _run(tmp_path / "a", 0, 0.8, 8.0)
+    run = tmp_path / "a" / "runs" / "f3ocus-nsga2-s0"
+    lines = [json.loads(line) for line in (run / "clients.jsonl").read_text().splitlines()]
+    lines += [{**lines[0], "partition-id": 1}]
+    for line in lines:
+        line["train"]["dp-delta"] = 1e-5
+    (run / "clients.jsonl").write_text("".join(json.dumps(line) + "\n" for line in lines))
+    big = np.array([[1.0, 0.02, 500], [2.0, 0.01, 1]])
+    for pid, history in enumerate([big, big * [1, 1, 0.5]]):
+        (run / "clients" / f"partition-{pid}").mkdir(parents=True)
+        save_file({"history": history}, run / "clients" / f"partition-{pid}" / "dp-ledger.safetensors")
+    (row,) = rows([tmp_path / "a"])
+    pld = epsilon_spent(big, 1e-5)
+    assert row["epsilon-prv"] == pytest.approx(pld, rel=0.02)
+    assert row["epsilon-rdp"] == pytest.approx(epsilon_spent(big, 1e-5, "rdp")) and row["epsilon-rdp"] > pld
