@@ -40,6 +40,7 @@ REGISTRY: dict[str, DatasetEntry] = {
     "easy-vqa-modalities": DatasetEntry("tasks.data.easyvqa:source", modalities=True),
     "easy-vqa-yes-no": DatasetEntry("tasks.data.easyvqa:yes_no_source"),
     "synthetic": DatasetEntry("tasks.data.synthetic:source"),
+    "synthetic:<images>": DatasetEntry("tasks.data.synthetic:source"),
     "synthetic-multilabel": DatasetEntry("tasks.data.synthetic:multilabel_source"),
     "medmnist-vqa:<dir>": DatasetEntry("tasks.data.medmnist:source", files=("*.npz",)),
     # save_to_disk writes a DatasetDict's dataset_dict.json or a Dataset's state.json

@@ -2,7 +2,8 @@
 
 * ``synthetic`` — easy-VQA in miniature: 32x32 images with one coloured shape, three questions per
   image (shape, colour, yes/no), the same 13-answer vocabulary and question types as easy-vqa.
-  150 train / 50 test images -> 450 / 150 samples.
+  150 train / 50 test images -> 450 / 150 samples; ``synthetic:<images>`` has that many train
+  images and a third as many test images (e.g. to give each of 1,000 sites as much data as 50 have).
 * ``synthetic-multilabel`` — stands in for the paper's image+report multi-label disease detection
   (Tasks 4-5, 15 classes, F1): 0-3 shapes per image, 15 findings = 3 shapes x 5 colours with a
   long-tailed frequency, a short noisy "report" (each finding mentioned with probability 0.8, a
@@ -98,9 +99,10 @@ def _vqa_split(rng: np.random.Generator, n_images: int) -> Split:
 
 
 @lru_cache(maxsize=4)
-def load_synthetic(seed: int) -> Source:
+def load_synthetic(seed: int, images: int = 150) -> Source:
+    """``images`` train images and a third as many test images (at least one), three questions each."""
     rng = np.random.default_rng([seed, 1])
-    return Source(_vqa_split(rng, 150), _vqa_split(rng, 50), VQA_LABELS, "vqa")
+    return Source(_vqa_split(rng, images), _vqa_split(rng, max(1, images // 3)), VQA_LABELS, "vqa")
 
 
 _CELLS = np.array([(8, 8), (8, 24), (24, 8), (24, 24)], np.float32)
@@ -156,8 +158,13 @@ def load_synthetic_multilabel(seed: int) -> Source:
 
 
 def source(argument: str, seed: int) -> Source:
-    """Registry loader of ``synthetic``: generated from the run's seed."""
-    return load_synthetic(seed)
+    """Registry loader of ``synthetic`` and ``synthetic:<images>``: generated from the run's seed."""
+    if not argument:
+        return load_synthetic(seed)
+    if not argument.isdigit() or int(argument) < 1:
+        raise ValueError(f"dataset = 'synthetic:{argument}': the number of train images must be a "
+                         "positive integer")
+    return load_synthetic(seed, int(argument))
 
 
 def multilabel_source(argument: str, seed: int) -> Source:

@@ -34,7 +34,8 @@ def test_the_table_pairs_each_epsilon_with_no_privacy_by_seed(tmp_path: Path) ->
         _run(tmp_path / "eps-1", seed, acc - 0.10 - 0.01 * seed, 1.0)  # -10, -11, -12 pp
     table = rows([tmp_path / "eps-inf", tmp_path / "eps-1"])
     text = report(table)
-    assert "| eps-inf | inf | 0,1,2 | 82.00 ± 2.00 | 50.0 ± 0.0 | 1.00 ± 0.00 | 2.5 ± 0.0 | 0.000 / 0.000 / 0.000 |" in text
+    assert ("| eps-inf | inf | 0,1,2 | 82.00 ± 2.00 | 50.0 ± 0.0 | 1.00 ± 0.00 | 2.5 ± 0.0 "
+            "| 0.000 / 0.000 / 0.000 |") in text
     # 70, 73, 70 %; the last cell: the largest ε any client spent in any round (no ledger: PRV, RDP 0)
     assert ("| eps-1 | 1 | 0,1,2 | 71.00 ± 1.73 | 50.0 ± 0.0 | 1.00 ± 0.00 | 2.5 ± 0.0 "
             "| 0.990 / 0.000 / 0.000 |") in text

@@ -153,6 +153,15 @@ def test_synthetic_vqa_has_the_easy_vqa_question_types():
         assert qtype_of(p.labels[s.target]) == s.qtype
 
 
+def test_synthetic_with_a_size_has_that_many_train_images_and_a_third_as_many_test_images():
+    p = load_partition("synthetic:300", 0, 1)
+    assert (len(p.train), len(p.test)) == (900, 300)
+    default, same = load_partition("synthetic", 0, 1), load_partition("synthetic:150", 0, 1)
+    assert all(np.array_equal(s.image, t.image) for s, t in zip(default.train, same.train, strict=True))
+    with pytest.raises(ValueError, match="dataset = 'synthetic:0': the number of train images must be"):
+        load_partition("synthetic:0", 0, 1)
+
+
 def test_synthetic_multilabel_reports_mention_findings():
     p = load_partition("synthetic-multilabel", 0, 1)
     assert p.labels == list(FINDINGS) and len(p.labels) == 15 and p.task == "multilabel"
