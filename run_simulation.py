@@ -51,12 +51,13 @@ def settings_help() -> str:
     return "\n".join(["run-config keys owned by a method or a section:", *lines])
 
 
-def load_overrides(config_file: str | None, run_config: list[str]) -> dict[str, object]:
-    """--config file values, then --run-config values (Flower's own "k=v" syntax)."""
+def load_overrides(config_files: list[str], run_config: list[str]) -> dict[str, object]:
+    """--config files' values in order (a later file's key wins, so a recipe file can go on top of a
+    benchmark's), then --run-config values (Flower's own "k=v" syntax)."""
     from flower_compat import parse_config_args
 
     overrides: dict[str, object] = {}
-    if config_file:
+    for config_file in config_files:
         path = Path(config_file)
         if not path.is_file():
             raise ConfigError(f"--config {config_file!r}: no such file")
@@ -196,7 +197,7 @@ def run_experiment(args: argparse.Namespace, overrides: dict[str, object], argv:
              else [first.seed])
     optimizers = (sweep.parse_list("--optimizers", args.optimizers) if args.optimizers is not None
                   else [])
-    name = args.experiment or (Path(args.config).stem if args.config else "experiment")
+    name = args.experiment or "-".join(Path(c).stem for c in args.config) or "experiment"
     if not name or "/" in name:
         raise ConfigError(f"--experiment {name!r} must be a plain directory name")
     experiment_dir = (Path(first.results_dir) / name).expanduser().resolve()
@@ -218,7 +219,7 @@ def run_experiment(args: argparse.Namespace, overrides: dict[str, object], argv:
     check_here(first, device=not args.ray_address)
     sweep.write_experiment(experiment_dir, {
         "commands": [shlex.join(["python", "run_simulation.py", *argv])],
-        "config-file": args.config, "strategies": strategies, "seeds": seeds,
+        "config-files": args.config, "strategies": strategies, "seeds": seeds,
         "optimizers": optimizers, "optimizer": first.optimizer, "num-clients": num_clients,
         "engine": args.engine, "client-cpus": args.client_cpus, "jobs": args.jobs, "cpus": cpus,
         "settings": {k: v for k, v in base.items() if k not in ("strategy", "seed", "run-name")},
@@ -253,7 +254,9 @@ def main(argv: list[str] | None = None) -> int:
     argv = sys.argv[1:] if argv is None else argv
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0], epilog=settings_help(),
                                      formatter_class=argparse.RawDescriptionHelpFormatter)
-    parser.add_argument("--config", help="TOML file of run-config keys (e.g. conf/task1-hetero.toml)")
+    parser.add_argument("--config", action="append", default=[],
+                        help="TOML file of run-config keys (e.g. conf/task1-hetero.toml); several: in "
+                             "order, a later file's keys win (e.g. a benchmark, then conf/dp-sample.toml)")
     parser.add_argument("--run-config", action="append", default=[],
                         help='overrides, e.g. "strategy=\'lntk\' num-server-rounds=3"')
     parser.add_argument("--num-clients", type=int, default=None,

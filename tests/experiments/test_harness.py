@@ -150,3 +150,14 @@ def test_bad_input_fails_before_anything_runs(tmp_path, capsys, extra, config_li
     assert code == 2
     assert message in capsys.readouterr().err
     assert not (tmp_path / "exp").exists()
+
+
+def test_config_files_apply_in_order_and_run_config_last(tmp_path):
+    """A benchmark file, then a recipe file on top of it: the later file's keys win, --run-config
+    wins over both, and a key only the first file sets survives."""
+    bench, recipe = tmp_path / "bench.toml", tmp_path / "recipe.toml"
+    bench.write_text('batch-size = 16\nlocal-steps = 20\nmodel = "tiny-vilt"\n')
+    recipe.write_text("batch-size = 256\nlocal-steps = 5\n")
+    values = run_simulation.load_overrides([str(bench), str(recipe)], ["local-steps=3"])
+    assert values == {"batch-size": 256, "local-steps": 3, "model": "tiny-vilt"}
+    assert run_simulation.load_overrides([str(recipe), str(bench)], [])["batch-size"] == 16
