@@ -43,6 +43,7 @@ CHOICES = {
     "dtype": DTYPES,
     "quantization": ("none", "4bit"),
     "head": ("private", "shared", "frozen"),
+    "projection": ("trained", "frozen"),
     "eval-answers": ("generated", "closed-set"),
     "group-conflict": ("none", "answers"),
 }
@@ -129,6 +130,7 @@ class RunConfig:
     gradient_checkpointing: bool
     client_groups: str
     head: str
+    projection: str
     group_conflict: str
     eval_answers: str
     owned: tuple[MethodSettings, ...] = field(default=(), repr=False)
@@ -269,7 +271,7 @@ class RunConfig:
             quantization=self.quantization if client else "none",
             gradient_checkpointing=self.gradient_checkpointing, device=device,
             shared_head=self.head == "shared", frozen_head=self.head == "frozen",
-            base_weights=client)
+            frozen_projection=self.projection == "frozen", base_weights=client)
 
     def to_dict(self) -> dict[str, object]:
         """The flat ``key: value`` run config (run-wide keys, then each method's)."""

@@ -49,6 +49,8 @@ def build_model(spec: ModelSpec, num_outputs: int, task: str = "vqa") -> Federat
         check_build(spec, model)
         if spec.frozen_head:
             model.personal_prefixes = ()  # the projector joins the frozen base: never trained, never sent
+        if spec.frozen_projection:  # only the answer head stays private: fewer parameters to train
+            model.personal_prefixes = tuple(p for p in model.personal_prefixes if p == "head")
         model.lora_targets = spec.lora_targets
         model.shared_head = spec.shared_head
         torch.manual_seed(spec.seed + 1)  # adapter init independent of the head's size

@@ -81,7 +81,9 @@ class ModelSpec:
     ``max_new_tokens``, ``dtype`` of the frozen weights (a torch dtype name), ``quantization``
     (4-bit base on a CUDA ``device``), ``gradient_checkpointing``; ``shared_head``: the answer head
     is shared state; ``frozen_head``: a generator's projector stays as loaded (neither trained nor
-    sent); ``base_weights=False``: the coordinator's weightless ``hf:<dir>`` backbone
+    sent); ``frozen_projection``: the model's private parts other than its answer head (minilm-effnet's
+    image→text projection) stay as drawn from the seed, the same on every client;
+    ``base_weights=False``: the coordinator's weightless ``hf:<dir>`` backbone
     (`tasks.models.skeleton`). The defaults are pyproject's. Checked on construction
     (name, adapter, size), so a bad one fails in one line."""
 
@@ -101,6 +103,7 @@ class ModelSpec:
     device: str = "cpu"
     shared_head: bool = False
     frozen_head: bool = False
+    frozen_projection: bool = False
     base_weights: bool = True
 
     def __post_init__(self) -> None:
