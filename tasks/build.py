@@ -50,6 +50,10 @@ def build_model(spec: ModelSpec, num_outputs: int, task: str = "vqa") -> Federat
         if spec.frozen_head:
             model.personal_prefixes = ()  # the projector joins the frozen base: never trained, never sent
         if spec.frozen_projection:  # only the answer head stays private: fewer parameters to train
+            if model.generative or set(model.personal_prefixes) <= {"head"}:
+                raise ValueError(f"projection = 'frozen' is not supported by model {spec.name!r}: it trains "
+                                 "no projection apart from its answer head (a generator's projector: "
+                                 "head = 'frozen'); use projection = 'trained'")
             model.personal_prefixes = tuple(p for p in model.personal_prefixes if p == "head")
         model.lora_targets = spec.lora_targets
         model.shared_head = spec.shared_head

@@ -89,10 +89,6 @@ def check_build(spec: ModelSpec, model: FederatedVLM) -> None:
     if spec.shared_head and not model.personal_prefixes:  # smol-llava's projector is its head
         raise ValueError(f"head = 'shared' is not supported by model {name!r}: a generator has no answer "
                          "head to share; use head = 'private'")
-    if spec.frozen_projection and (model.generative or set(model.personal_prefixes) <= {"head"}):
-        raise ValueError(f"projection = 'frozen' is not supported by model {name!r}: it trains no projection "
-                         "apart from its answer head (a generator's projector: head = 'frozen'); use "
-                         "projection = 'trained'")
     if spec.frozen_head and not model.generative:
         raise ValueError(f"head = 'frozen' is not supported by model {name!r}: its answer head is drawn at "
                          "random and must train; use head = 'private' or 'shared'")

@@ -10,6 +10,7 @@ import torch
 import tasks
 from settings import ConfigError, RunConfig, default_config
 from tasks.adapters import personal_parameter_names
+from tasks.models.checks import check_model_settings
 
 
 def test_a_frozen_projection_stays_as_drawn_while_the_head_and_adapters_train():
@@ -18,6 +19,7 @@ def test_a_frozen_projection_stays_as_drawn_while_the_head_and_adapters_train():
     model = tasks.build_model(spec, len(partition.labels))
     drawn = tasks.build_model(tasks.ModelSpec("minilm-effnet", seed=0), len(partition.labels))
     assert personal_parameter_names(model) == ["head.weight", "head.bias"]
+    check_model_settings(spec, model)  # the server's check of the built model (round 0) accepts it
     before = {n: p.detach().clone() for n, p in model.named_parameters()}
     mask = np.zeros(len(model.layer_names), dtype=bool)
     mask[-1] = True
