@@ -131,7 +131,7 @@ def evaluate(msg: Message, context: Context) -> Message:
         if batch:
             eigenvalues = tasks.score_layers(
                 setup.model, batch, scorer=scorer, mode=str(config["score-mode"]),
-                piece_size=setup.config.training.batch_size, clip=allowance.score_clip)  # a step's memory
+                piece_size=setup.config.training.pass_size, clip=allowance.score_clip)  # a step's memory
         eigenvalues, rows = allowance.release_scores(eigenvalues)
         if rows is not None:  # on the ledger before it leaves the site
             append_ledger(context, rows, run_dir)
@@ -162,7 +162,7 @@ def _evaluation(setup: ClientSetup, server_round: int) -> dict:
     if answers == "closed-set" and server_round == setup.config.num_server_rounds:
         answers = "both"
     metrics = tasks.evaluate(setup.model, setup.partition.test,
-                             batch_size=max(64, setup.config.training.batch_size), device=setup.device,
+                             batch_size=max(64, setup.config.training.pass_size), device=setup.device,
                              answers=answers)
     metrics["num-examples"] = int(metrics.pop("num_examples"))
     metrics["partition-id"] = setup.partition_id

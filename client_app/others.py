@@ -22,7 +22,7 @@ def others_metrics(setup: ClientSetup, server_round: int) -> dict[str, float]:
         return metrics
     samples = [s for pid in range(node.num_partitions) if pid != node.partition_id
                for s in client_partition(config, node.dataset, pid, node.num_partitions).test]
-    result = tasks.evaluate(setup.model, samples, batch_size=max(64, config.training.batch_size),
+    result = tasks.evaluate(setup.model, samples, batch_size=max(64, config.training.pass_size),
                             device=setup.device, answers=config.eval_answers)
     for key, value in result.items():
         metrics[f"others-{key.replace('_', '-')}"] = value

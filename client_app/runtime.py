@@ -44,7 +44,7 @@ class ClientSetup:
         return self.node.device
 
 
-@lru_cache(maxsize=4)
+@lru_cache(maxsize=8)  # a validation split holds two entries: the partition and its split
 def _partition(dataset: str, pid: int, num: int, partitioner: str, seed: int, max_train: int,
                max_test: int, validation: float = 0.0, state_dir: str = "") -> tasks.Partition:
     if validation:
@@ -128,7 +128,7 @@ def resolve_budget(setup: ClientSetup, context: Context) -> int:
     value = setup.node.budget if setup.node.budget is not None else num_layers
     check_fits(value, num_layers, f"{setup.node.budget_source} = {value!r}")
     if value == "auto":
-        value = tasks.estimate_budget(setup.model, setup.config.training.batch_size, setup.device)
+        value = tasks.estimate_budget(setup.model, setup.config.training.pass_size, setup.device)
     context.state[BUDGET_KEY] = ConfigRecord({"budget": int(value)})
     return int(value)
 

@@ -48,7 +48,9 @@ def spent(run: Run) -> float:
 def ledger_epsilons(run: Run) -> dict[str, float]:
     """The largest ε any site of ``run`` spent, by Opacus's PRV accountant (Gopi et al. 2021) and by
     RDP, each composing the site's own ledger (every release it made: a round's DP-SGD steps, a score
-    vector) at the δ it reported; 0 without per-sample DP. Independent of the PLD ε the run records."""
+    vector) at the δ it reported; 0 without per-sample DP. Independent of the PLD ε the run records.
+    NaN where it cannot be told: a site spent ε but its ledger is not in the run folder (a deployed
+    site keeps it under its state-dir), or a site with a ledger never reported its δ."""
     from opacus.accountants import PRVAccountant
     from safetensors.numpy import load_file
 
@@ -56,10 +58,16 @@ def ledger_epsilons(run: Run) -> dict[str, float]:
 
     deltas = {int(r["partition-id"]): float(r["train"]["dp-delta"]) for r in run.clients
               if r.get("train") and "dp-delta" in r["train"]}
-    prv, rdp = [0.0], [0.0]
-    for path in sorted(run.path.glob(LEDGERS)) if run.path else ():
+    ledgers = sorted(run.path.glob(LEDGERS)) if run.path else []
+    if not ledgers:
+        unknown = float("nan") if spent(run) > 0 else 0.0
+        return {"epsilon-prv": unknown, "epsilon-rdp": unknown}
+    prv, rdp = [], []
+    for path in ledgers:
         history = load_file(path)["history"].reshape(-1, 3)
-        delta = deltas[int(path.parent.name.removeprefix("partition-"))]
+        delta = deltas.get(int(path.parent.name.removeprefix("partition-")))
+        if delta is None:
+            return {"epsilon-prv": float("nan"), "epsilon-rdp": float("nan")}
         accountant = PRVAccountant()
         accountant.history = [(float(s), float(q), int(k)) for s, q, k in history if k > 0]
         prv.append(float(accountant.get_epsilon(delta)))

@@ -32,6 +32,12 @@ class TrainingSettings(MethodSettings):
     warmup_fraction: float = setting(0.1, "warmup-fraction", low=0.0, high=1.0,
                                      help="share of rounds with linear warm-up, then linear decay (§C.3)")
 
+    @property
+    def pass_size(self) -> int:
+        """The most examples one forward and backward pass holds: what sizes a client's memory (its
+        automatic budget, LNTK's pieces, evaluation batches)."""
+        return self.physical_batch or self.batch_size
+
 
 @dataclass(frozen=True)
 class ScoringSettings(MethodSettings):

@@ -130,20 +130,20 @@ def _step(model: FederatedVLM, optimizer: torch.optim.Optimizer | None, samples:
           private: bool, physical_batch: int) -> float:
     """One optimiser step on ``samples`` (no step without an optimiser), their forward and backward
     passes in chunks of at most ``physical_batch`` (0: one chunk), so a large (expected) batch fits
-    in memory; returns the batch's mean loss. Plain training weighs each chunk's mean loss by its
-    share of the batch, so the gradients add up to the whole batch's (for a token-averaged
-    generative loss: each chunk's tokens weighed by its examples). DP-SGD (Opacus's virtual steps,
-    what its ``BatchMemoryManager`` does for a DataLoader): every chunk but the last only clips its
+    in memory; returns the batch's loss. Plain training weighs each chunk's mean loss by its share of
+    the batch's loss terms (`_loss_weight`: examples, or a generator's answer tokens), so the
+    gradients add up to the whole batch's exactly. DP-SGD (Opacus's virtual steps, what its
+    ``BatchMemoryManager`` does for a DataLoader): every chunk but the last only clips its
     per-example gradients into the running sum (``signal_skip_step``); the last adds the noise once
     and divides by the expected batch, so the step is the one the accountant counts."""
     size = physical_batch or len(samples)
-    chunks = [samples[i : i + size] for i in range(0, len(samples), size)]
+    batches = [model.collate(samples[i : i + size]) for i in range(0, len(samples), size)]
+    weights = np.array([len(b["labels"]) if private else _loss_weight(model, b) for b in batches], float)
     if optimizer is not None:
         optimizer.zero_grad(set_to_none=True)
     total = 0.0
-    for j, chunk in enumerate(chunks):
-        batch = {k: v.to(model.device) for k, v in model.collate(chunk).items()}
-        share = len(chunk) / len(samples)
+    for j, (batch, share) in enumerate(zip(batches, weights / weights.sum(), strict=True)):
+        batch = {k: v.to(model.device) for k, v in batch.items()}
         with torch.set_grad_enabled(optimizer is not None):
             out = model(batch)
             labels = batch["labels"]
@@ -153,7 +153,7 @@ def _step(model: FederatedVLM, optimizer: torch.optim.Optimizer | None, samples:
             continue
         if private:
             loss.backward()
-            last = j == len(chunks) - 1
+            last = j == len(batches) - 1
             optimizer.signal_skip_step(do_skip=not last)
             optimizer.step()
             if not last:
@@ -163,6 +163,13 @@ def _step(model: FederatedVLM, optimizer: torch.optim.Optimizer | None, samples:
     if optimizer is not None and not private:
         optimizer.step()
     return total
+
+
+def _loss_weight(model: FederatedVLM, batch: dict[str, torch.Tensor]) -> int:
+    """How many terms ``model.loss`` averages over in ``batch``: a generator's answer tokens (the
+    labels after the first position that are not -100), else its examples."""
+    labels = batch["labels"]
+    return int((labels[:, 1:] != -100).sum()) if model.generative else len(labels)
 
 
 @torch.no_grad()
@@ -231,7 +238,7 @@ def _evaluate_generated(model: FederatedVLM, samples: Sequence[Sample], batch_si
                  for a, s in zip(said, chunk, strict=True)]
         batch = {k: v.to(model.device) for k, v in model.collate(chunk).items()}
         losses.append(float(model.loss(model(batch), batch["labels"])))
-        weights.append(int((batch["labels"][:, 1:] != -100).sum()))
+        weights.append(_loss_weight(model, batch))
     result = {"accuracy": float(np.mean(hits)), "loss": float(np.average(losses, weights=weights)),
               "num_examples": float(len(samples))}
     return result | _per_qtype(samples, np.array(hits))

@@ -82,7 +82,7 @@ class ModelSpec:
     (4-bit base on a CUDA ``device``), ``gradient_checkpointing``; ``shared_head``: the answer head
     is shared state; ``frozen_head``: a generator's projector stays as loaded (neither trained nor
     sent); ``frozen_projection``: the model's private parts other than its answer head (minilm-effnet's
-    image→text projection) stay as drawn from the seed, the same on every client;
+    image→text projection) stay as drawn from the seed (after the head: the same for the same answer count);
     ``base_weights=False``: the coordinator's weightless ``hf:<dir>`` backbone
     (`tasks.models.skeleton`). The defaults are pyproject's. Checked on construction
     (name, adapter, size), so a bad one fails in one line."""

@@ -30,13 +30,15 @@ SPECIAL = ("<pad>", "<s>", "</s>", "<unk>", "<image>")
 
 
 def byte_tokenizer(extra: tuple[str, ...] = ()):
-    """Byte-level tokenizer (256 byte tokens, no merges) with <pad> <s> </s> <unk> <image> first."""
+    """Byte-level tokenizer (256 byte tokens, no merges) with <pad> <s> </s> <unk> <image> first. The
+    byte characters are sorted: ``ByteLevel.alphabet()`` lists them in an order that changes from call
+    to call, which gave every build (every client process) its own token ids."""
     from tokenizers import Tokenizer, decoders, models, pre_tokenizers
     from transformers import PreTrainedTokenizerFast
 
     specials = (*SPECIAL, *extra)
     vocab = {t: i for i, t in enumerate(specials)}
-    for char in pre_tokenizers.ByteLevel.alphabet():
+    for char in sorted(pre_tokenizers.ByteLevel.alphabet()):
         vocab.setdefault(char, len(vocab))
     core = Tokenizer(models.BPE(vocab=vocab, merges=[], unk_token="<unk>"))
     core.pre_tokenizer = pre_tokenizers.ByteLevel(add_prefix_space=False)

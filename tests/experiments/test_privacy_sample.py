@@ -36,9 +36,10 @@ def test_the_table_pairs_each_epsilon_with_no_privacy_by_seed(tmp_path: Path) ->
     text = report(table)
     assert ("| eps-inf | inf | 0,1,2 | 82.00 ± 2.00 | 50.0 ± 0.0 | 1.00 ± 0.00 | 2.5 ± 0.0 "
             "| 0.000 / 0.000 / 0.000 |") in text
-    # 70, 73, 70 %; the last cell: the largest ε any client spent in any round (no ledger: PRV, RDP 0)
+    # 70, 73, 70 %; the last cell: the largest ε any client spent in any round; PRV and RDP cannot be
+    # told without the sites' ledgers
     assert ("| eps-1 | 1 | 0,1,2 | 71.00 ± 1.73 | 50.0 ± 0.0 | 1.00 ± 0.00 | 2.5 ± 0.0 "
-            "| 0.990 / 0.000 / 0.000 |") in text
+            "| 0.990 / nan / nan |") in text
     # differences -10, -11, -12: mean -11, sd 1, t_{0.975,2} 4.302653 / sqrt 3 -> half width 2.484138
     assert ("| eps-1 − eps-inf | overall | 0,1,2 | -10.00, -11.00, -12.00 | -11.00 | [-13.48, -8.52] "
             "| lower |") in text
@@ -82,3 +83,6 @@ def test_prv_and_rdp_compose_each_sites_own_ledger_and_the_largest_is_shown(tmp_
     pld = epsilon_spent(big, 1e-5)
     assert row["epsilon-prv"] == pytest.approx(pld, rel=0.02)
     assert row["epsilon-rdp"] == pytest.approx(epsilon_spent(big, 1e-5, "rdp")) and row["epsilon-rdp"] > pld
+    lines[-1]["train"].pop("dp-delta")  # a site that never reported its δ: not guessed
+    (run / "clients.jsonl").write_text("".join(json.dumps(line) + "\n" for line in lines))
+    assert np.isnan(rows([tmp_path / "a"])[0]["epsilon-prv"])

@@ -433,3 +433,10 @@ def test_closed_set_runs_the_templates_shared_opening_once(partition, checkpoint
     monkeypatch.setattr(model, "_shared_prefix", lambda emb, first: 0)
     assert torch.allclose(cached, model.answer_scores(samples), atol=1e-5)
 
+
+def test_two_builds_of_tiny_llava_give_a_question_the_same_token_ids():
+    """Each client process builds its own tokenizer: the ids must not depend on the build."""
+    from tasks.models.tiny_llava import byte_tokenizer
+
+    assert byte_tokenizer()("what color is the shape? teal")["input_ids"] == \
+        byte_tokenizer()("what color is the shape? teal")["input_ids"]
