@@ -6,6 +6,7 @@ One sweep per ε on the same benchmark, ε = ∞ being ``dp = "none"`` (docs/res
         --strategies f3ocus --seeds 0,1,2,3,4 --experiment privacy-sample-eps1
     python -m experiments.privacy_sample results/privacy-sample-eps{inf,8,3,1} --csv runs.csv
     python -m experiments.privacy_sample --from-csv runs.csv   # the same tables, no run folders
+    python -m experiments.privacy_sample --from-csv earlier.csv results/<new>   # an earlier baseline first
     python -m experiments.privacy_sample --per-round results/<run>   # one run's ε per client and round (CSV)
 
 Printed: a markdown row per experiment (target ε, seeds, overall accuracy, majority-answer accuracy,
@@ -103,8 +104,8 @@ def per_round(run_dir: Path) -> list[dict]:
 def read_csv(path: Path) -> list[dict]:
     """The rows a ``--csv`` file holds, typed as `rows` gives them."""
     with open(path, newline="") as fh:
-        return [{k: v if k == "experiment" else int(v) if k == "seed" else float(v)
-                 for k, v in row.items()} for row in csv.DictReader(fh)]
+        return [{k: row[k] if k == "experiment" else int(row[k]) if k == "seed" else float(row.get(k, "nan"))
+                 for k in COLUMNS} for row in csv.DictReader(fh)]
 
 
 def report(table: Sequence[dict]) -> str:
@@ -151,7 +152,9 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("experiments", nargs="*", type=Path,
                         help="experiment folders, the baseline (ε = ∞) first")
     parser.add_argument("--csv", type=Path, help="write one line per run here")
-    parser.add_argument("--from-csv", type=Path, help="print the tables from such a file instead")
+    parser.add_argument("--from-csv", type=Path, action="append", default=[],
+                        help="rows of such a file (a column it lacks: nan), before the experiments' own; "
+                             "repeatable, e.g. an earlier sweep's baseline")
     parser.add_argument("--per-round", type=Path, help="print one run's ε per client and round as CSV")
     args = parser.parse_args(argv)
     if args.per_round:
@@ -160,7 +163,7 @@ def main(argv: list[str] | None = None) -> int:
         writer.writerows(per_round(args.per_round))
         return 0
     try:
-        table = read_csv(args.from_csv) if args.from_csv else rows(args.experiments)
+        table = [row for path in args.from_csv for row in read_csv(path)] + rows(args.experiments)
     except FileNotFoundError as err:
         print(f"error: {err}", file=sys.stderr)
         return 2

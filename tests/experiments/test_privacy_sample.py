@@ -86,3 +86,17 @@ def test_prv_and_rdp_compose_each_sites_own_ledger_and_the_largest_is_shown(tmp_
     lines[-1]["train"].pop("dp-delta")  # a site that never reported its δ: not guessed
     (run / "clients.jsonl").write_text("".join(json.dumps(line) + "\n" for line in lines))
     assert np.isnan(rows([tmp_path / "a"])[0]["epsilon-prv"])
+
+
+def test_an_earlier_csv_without_the_ledger_columns_joins_as_the_baseline(tmp_path: Path) -> None:
+    """An earlier sweep's CSV (no PRV/RDP columns) first, then run folders: paired by seed against it."""
+    old = tmp_path / "old.csv"
+    old.write_text("experiment,target-epsilon,seed,overall,majority,uplink_mb,training_s,epsilon-spent\n"
+                   "old,inf,0,70.0,50.0,1.0,2.0,0.0\nold,inf,1,72.0,50.0,1.0,2.0,0.0\n")
+    for seed, acc in enumerate([0.80, 0.84]):
+        _run(tmp_path / "new", seed, acc, 8.0)
+    table = [*read_csv(old), *rows([tmp_path / "new"])]
+    assert np.isnan(table[0]["epsilon-prv"])
+    assert "| new − old | overall | 0,1 | +10.00, +12.00 | +11.00 |" in report(table)
+    main(["--from-csv", str(old), str(tmp_path / "new"), "--csv", str(tmp_path / "both.csv")])
+    assert report(read_csv(tmp_path / "both.csv")) == report(table)
