@@ -26,12 +26,13 @@ import sys
 from collections.abc import Sequence
 from pathlib import Path
 
+from client_app.personal import LEDGER
 from experiments.paired import paired_row, seed_metrics
 from experiments.report import Run, load_runs, mean_std, plus_minus
 
 COLUMNS = ("experiment", "target-epsilon", "seed", "overall", "majority", "uplink_mb", "training_s",
            "epsilon-spent", "epsilon-prv", "epsilon-rdp")
-LEDGERS = "clients/partition-*/dp-ledger.safetensors"
+LEDGERS = f"clients/partition-*/{LEDGER}.safetensors"
 """Where a simulated site keeps its ledger in the run folder (`client_app.personal`)."""
 
 
@@ -48,11 +49,11 @@ def spent(run: Run) -> float:
 
 def ledger_epsilons(run: Run) -> dict[str, float]:
     """The largest ε any site of ``run`` spent, by Opacus's PRV accountant (Gopi et al. 2021) and by
-    RDP, each composing the site's own ledger (every release it made: a round's DP-SGD steps, a score
-    vector) at the δ it reported; 0 without per-sample DP. Independent of the PLD ε the run records.
-    NaN where it cannot be told: a site spent ε but its ledger is not in the run folder (a deployed
-    site keeps it under its state-dir), or a site with a ledger never reported its δ."""
-    from opacus.accountants import PRVAccountant
+    RDP (`tasks.privacy.epsilon_spent`), each composing the site's own ledger (every release it made:
+    a round's DP-SGD steps, a score vector) at the δ it reported; 0 without per-sample DP.
+    Independent of the PLD ε the run records. NaN where it cannot be told: a site spent ε but its
+    ledger is not in the run folder (a deployed site keeps it under its state-dir), or a site with a
+    ledger never reported its δ."""
     from safetensors.numpy import load_file
 
     from tasks.privacy import epsilon_spent
@@ -63,17 +64,12 @@ def ledger_epsilons(run: Run) -> dict[str, float]:
     if not ledgers:
         unknown = float("nan") if spent(run) > 0 else 0.0
         return {"epsilon-prv": unknown, "epsilon-rdp": unknown}
-    prv, rdp = [], []
-    for path in ledgers:
-        history = load_file(path)["history"].reshape(-1, 3)
-        delta = deltas.get(int(path.parent.name.removeprefix("partition-")))
-        if delta is None:
-            return {"epsilon-prv": float("nan"), "epsilon-rdp": float("nan")}
-        accountant = PRVAccountant()
-        accountant.history = [(float(s), float(q), int(k)) for s, q, k in history if k > 0]
-        prv.append(float(accountant.get_epsilon(delta)))
-        rdp.append(epsilon_spent(history, delta, "rdp"))
-    return {"epsilon-prv": max(prv), "epsilon-rdp": max(rdp)}
+    histories = {int(p.parent.name.removeprefix("partition-")): load_file(p)["history"] for p in ledgers}
+    if not set(histories) <= set(deltas):
+        return {"epsilon-prv": float("nan"), "epsilon-rdp": float("nan")}
+    return {f"epsilon-{accountant}": max(epsilon_spent(history, deltas[pid], accountant)
+                                         for pid, history in histories.items())
+            for accountant in ("prv", "rdp")}
 
 
 def rows(dirs: Sequence[Path]) -> list[dict]:

@@ -89,11 +89,13 @@ class SamplePlan:
         return max(1, round(self.sample_rate * n))
 
 
-ACCOUNTANTS = ("pld", "rdp")
+ACCOUNTANTS = ("pld", "rdp", "prv")
 """``pld``: privacy loss distributions (Meiser and Mohammadi 2018; Koskela et al. 2020; Google's
 dp-accounting), tight up to its discretisation, which plans the noise and is the ε a run records;
 ``rdp``: Rényi DP (Mironov 2017; Mironov et al. 2019 for Poisson sampling; Opacus), looser,
-recorded beside it. Tests check PLD against Opacus's PRV accountant and the exact Gaussian."""
+recorded beside it; ``prv``: Opacus's privacy random variables (Gopi et al. 2021), an independent
+tight accountant the lab's tables show beside both. Tests check PLD against Opacus's PRV accountant
+and the exact Gaussian."""
 
 
 def _event(history: np.ndarray):
@@ -129,6 +131,12 @@ def epsilon_spent(history: np.ndarray, delta: float, accountant: str = "pld") ->
 def _epsilon(rows: tuple[tuple[float, float, int], ...], delta: float, accountant: str) -> float:
     """`epsilon_spent` of non-empty rows; cached, since a client's sit-out check and its record
     account the same history in one message."""
+    if accountant == "prv":
+        from opacus.accountants import PRVAccountant
+
+        prv = PRVAccountant()
+        prv.history = list(rows)
+        return float(prv.get_epsilon(delta))
     if accountant == "rdp":
         from opacus.accountants import RDPAccountant
 
