@@ -6,6 +6,7 @@ F3OCUS's overhead is 151.4 s vs 137.5 s per round, i.e. ~10%).
     python -m experiments.bench_client --model tiny-llava --budgets 1,2,4  # per k: s/step, overhead, memory
     python -m experiments.bench_client --config conf/bench-gen.toml --budgets 1,2,4,8  # its round's sizes
     python -m experiments.bench_client --config conf/bench-gen-cover.toml --threads 1  # + its evaluation
+    python -m experiments.bench_client --config conf/bench-gen-cover.toml --threads 1 --profile 12  # LNTK's operators
     python -m experiments.bench_client --model hf:/tmp/llava-1b --dataset synthetic --dtype bfloat16 \
         --gradient-checkpointing --json   # docs/results/lntk-memory (experiments.random_llava)
 
@@ -112,13 +113,15 @@ def run(
     rates: dict[str, float] | None = None,
     peak_flops: float | None = None,
     evaluation: tuple[int, str] = (0, "generated"),
+    profile: int = 0,
 ) -> dict[str, float]:
     """One client's round: LNTK scoring (in pieces of at most ``batch_size`` samples, as the client
     scores), then ``steps`` local steps on the top-``budget`` layers (and per ``budgets`` k,
     `per_budget`); ``rates``: lr, head-lr, weight-decay (default `APP`'s); ``peak_flops``: the
     device's peak FLOP/s, for the share of it a local step uses (`step_flops`); ``evaluation``:
     (test questions, `tasks.train.EVAL_ANSWERS` mode) of the round's evaluation, timed after the
-    training (0 questions: none)."""
+    training (0 questions: none); ``profile``: that many operators of a third LNTK call
+    (`lntk_profile`)."""
     rates = {**{k: APP[k] for k in ("lr", "head-lr", "weight-decay")}, **(rates or {})}
     load_start = os.getloadavg()[0]
     part = load_partition(dataset, partition, 5, partitioner, seed=seed)
@@ -132,6 +135,7 @@ def run(
         cpu = time.process_time()
         scores = layer_scores(model, part.train[:scoring_batch], piece_size=batch_size)
         lntk_cpu = time.process_time() - cpu
+    hot = lntk_profile(model, part.train[:scoring_batch], batch_size, profile) if profile else []
     mask = np.zeros(len(model.layer_names), bool)
     mask[np.argsort(-scores.scores)[: min(budget, len(mask))]] = True
     with PhasePeak(model.device) as train_memory:
@@ -187,8 +191,24 @@ def run(
         "torch_threads": torch.get_num_threads(),
         "load_avg_1m_start": round(load_start, 2),
         "load_avg_1m": round(load, 2),
+        **({"lntk_profile": hot} if hot else {}),
         **extra,
     }
+
+
+def lntk_profile(model, samples: list, piece_size: int, top: int) -> list[dict]:
+    """Where LNTK scoring's time goes: the ``top`` operators with the most self CPU time in one more
+    call (torch.profiler; a call of its own, so the timed ``lntk_s`` carries no profiler overhead),
+    each with its milliseconds, share of the call's self CPU time and number of calls."""
+    from torch.profiler import ProfilerActivity
+    from torch.profiler import profile as profiler
+
+    with profiler(activities=[ProfilerActivity.CPU]) as prof:
+        layer_scores(model, samples, piece_size=piece_size)
+    events = sorted(prof.key_averages(), key=lambda e: e.self_cpu_time_total, reverse=True)
+    total = sum(e.self_cpu_time_total for e in events) or 1.0
+    return [{"op": e.key, "self_ms": round(e.self_cpu_time_total / 1e3, 2),
+             "share": round(e.self_cpu_time_total / total, 4), "calls": e.count} for e in events[:top]]
 
 
 class PhasePeak:
@@ -350,7 +370,7 @@ def child_argv(args: argparse.Namespace) -> list[str]:
     argv = []
     for key in ("config", "model", "dataset", "scoring_batch", "steps", "batch_size", "budget", "seed",
                 "partition", "partitioner", "rank_reference", "threads", "budgets", "device", "dtype",
-                "peak_flops", "head", "eval_questions", "eval_answers"):
+                "peak_flops", "head", "eval_questions", "eval_answers", "profile"):
         value = getattr(args, key)
         if value is not None and value != "":
             argv += [f"--{key.replace('_', '-')}", str(value)]
@@ -398,6 +418,8 @@ def main(argv: list[str] | None = None) -> None:
     parser.add_argument("--peak-flops", type=float, default=None,
                         help="the device's peak FLOP/s (e.g. 790e12, an H200's bf16): prints the share "
                              "of it a local step reaches (4·N·T FLOPs)")
+    parser.add_argument("--profile", type=int, default=0, metavar="K",
+                        help="the K operators with the most self CPU time in one more LNTK call")
     parser.add_argument("--json", action="store_true", help="print one JSON line")
     args = parser.parse_args(argv)
     if args.repeat > 1:
@@ -437,17 +459,20 @@ def main(argv: list[str] | None = None) -> None:
         rates={k: base[k] for k in ("lr", "head-lr", "weight-decay")},
         peak_flops=args.peak_flops,
         evaluation=(args.eval_questions, args.eval_answers),
+        profile=args.profile,
     )
     if args.json:
         print(json.dumps(result))
     else:
         for key, value in result.items():
-            if key != "per_budget":
+            if key not in ("per_budget", "lntk_profile"):
                 print(f"{key:>14}: {value}")
         if result.get("per_budget"):
             print(f"{'k':>4} {'s/step':>8} {'overhead':>9} {'peak MB':>9}")
             for row in result["per_budget"]:
                 print(f"{row['k']:>4} {row['step_s']:>8.4f} {row['overhead']:>9.4f} {row['peak_mb']:>9.1f}")
+        for row in result.get("lntk_profile", []):
+            print(f"{row['self_ms']:>10.1f} ms {row['share']:>7.1%} {row['calls']:>6}  {row['op']}")
     sys.stdout.flush()
 
 

@@ -36,6 +36,20 @@ def test_bench_prints_lntk_round_and_overhead(capsys):
                                                rel=1e-2, abs=5e-3)  # printed to 2 decimals
 
 
+def test_bench_profile_lists_the_operators_lntk_spends_most_on(capsys):
+    def profile(top: str) -> list[dict]:
+        bench.main(["--model", "tiny-vilt", "--dataset", "synthetic", "--steps", "1", "--batch-size", "4",
+                    "--scoring-batch", "4", "--profile", top, "--json"])
+        return json.loads(capsys.readouterr().out)["lntk_profile"]
+
+    assert len(profile("3")) == 3
+    every = profile("10000")  # all of them: their shares make the whole call, the most first
+    assert sum(r["share"] for r in every) == pytest.approx(1.0, abs=5e-5 * len(every))
+    shares = [r["share"] for r in every]
+    assert shares == sorted(shares, reverse=True) and shares[0] > shares[-1]
+    assert {"aten::mm", "aten::addmm"} & {r["op"] for r in every}, every  # LoRA's matrices
+
+
 def test_bench_rank_check_reports_agreement(capsys):
     bench.main(["--model", "tiny-vilt", "--dataset", "synthetic", "--steps", "1", "--batch-size", "4",
                 "--scoring-batch", "4", "--budget", "2", "--rank-check", "--rank-reference", "16", "--json"])
