@@ -6,7 +6,7 @@ F3OCUS's overhead is 151.4 s vs 137.5 s per round, i.e. ~10%).
     python -m experiments.bench_client --model tiny-llava --budgets 1,2,4  # per k: s/step, overhead, memory
     python -m experiments.bench_client --config conf/bench-gen.toml --budgets 1,2,4,8  # its round's sizes
     python -m experiments.bench_client --config conf/bench-gen-cover.toml --threads 1  # + its evaluation
-    python -m experiments.bench_client --config conf/bench-gen-cover.toml --threads 1 --profile 12  # LNTK's operators
+    python -m experiments.bench_client --config conf/bench-gen-cover.toml --profile 12  # LNTK by operator
     python -m experiments.bench_client --model hf:/tmp/llava-1b --dataset synthetic --dtype bfloat16 \
         --gradient-checkpointing --json   # docs/results/lntk-memory (experiments.random_llava)
 
