@@ -418,7 +418,7 @@ def main(argv: list[str] | None = None) -> None:
     parser.add_argument("--peak-flops", type=float, default=None,
                         help="the device's peak FLOP/s (e.g. 790e12, an H200's bf16): prints the share "
                              "of it a local step reaches (4·N·T FLOPs)")
-    parser.add_argument("--profile", type=int, default=0, metavar="K",
+    parser.add_argument("--profile", type=_positive, default=None, metavar="K",
                         help="the K operators with the most self CPU time in one more LNTK call")
     parser.add_argument("--json", action="store_true", help="print one JSON line")
     args = parser.parse_args(argv)
@@ -459,7 +459,7 @@ def main(argv: list[str] | None = None) -> None:
         rates={k: base[k] for k in ("lr", "head-lr", "weight-decay")},
         peak_flops=args.peak_flops,
         evaluation=(args.eval_questions, args.eval_answers),
-        profile=args.profile,
+        profile=args.profile or 0,
     )
     if args.json:
         print(json.dumps(result))

@@ -97,6 +97,7 @@ def test_bench_repeat_runs_fresh_processes_and_summarises(monkeypatch, capsys):
     assert len(calls) == 3 and calls[0] == calls[2]
     assert calls[0][:2] == ["--model", "tiny-vilt"] and "--rank-check" in calls[0]
     assert "--repeat" not in calls[0] and calls[0][calls[0].index("--steps") + 1] == "3"
+    assert "--profile" not in calls[0]  # not asked for: a child would refuse "--profile 0"
     assert out["repeat"] == 3 and len(out["runs"]) == 3
     assert out["median"] == {"lntk_s": 0.3, "train_round_s": 6.0, "overhead": 0.05}
     assert out["min"] == {"lntk_s": 0.2, "train_round_s": 5.0, "overhead": 0.04}
@@ -111,7 +112,8 @@ def test_bench_repeat_prints_a_table(monkeypatch, capsys):
     assert lines[-1].split() == ["overhead", "0.05", "0.04", "0.06"]
 
 
-@pytest.mark.parametrize("flag", ["--budget", "--steps", "--scoring-batch", "--batch-size", "--repeat"])
+@pytest.mark.parametrize("flag", ["--budget", "--steps", "--scoring-batch", "--batch-size", "--repeat",
+                                  "--profile"])
 def test_bench_rejects_non_positive_settings(flag, capsys):
     with pytest.raises(SystemExit):
         bench.main([flag, "0"])
