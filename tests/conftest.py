@@ -43,7 +43,6 @@ LONGEST_FIRST = (  # the modules longest in wall time, longest first: one run of
     # modules with -n 0, where the pytest process itself runs little torch) in brackets.
     "test_deploy.py",  # 396 (179 CPU): a federation, three runs, Flower's 3 s polls and heartbeats
     "test_ray_cluster.py",  # 302 (57 CPU): a two-node Ray cluster's starts
-    "test_deploy_mosaic.py",  # 124 (54 CPU)
     "test_resume.py",  # 80 (39 CPU, before its run was made smaller)
     "test_simulation.py",  # 79
     "test_generative.py",  # 70 (26 CPU)

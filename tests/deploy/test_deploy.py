@@ -7,9 +7,10 @@ source. The refused nodes each have one fault and are all tried at once against 
 while the budget run runs: a refused node mostly waits between its tries (Flower's back-off), and
 tried alone before the run they cost the module 49 s of wall time (the last quiet CI run); nodes
 that are never activated are not sampled, so the run sees only its three sites.
-A generative run (tiny-llava) uses the same sites. The killed-node run comes last and reuses the
-federation and its sites' warm workers: a federation of its own cost another start (SuperLink,
-registrations, SuperNodes) and three cold workers, about 45 s of the suite's CPU.
+A FedMosaic run (two model sizes) uses the same sites. The killed-node run, on a generative model,
+comes last and reuses the federation and its sites' warm workers: a federation of its own cost
+another start (SuperLink, registrations, SuperNodes) and three cold workers, about 45 s of the
+suite's CPU.
 
 The SuperNodes send Flower's most frequent heartbeat (tests/helpers/fast_supernode.py: every ~4 s, declared
 interval 10 s), so the SuperLink marks the killed node offline about 20 s after the kill instead of
@@ -153,26 +154,34 @@ def test_three_authenticated_nodes_complete_two_rounds_with_their_own_budgets(fe
         assert len(list((Path(str(node.config["state-dir"])) / "worker").glob("*.lock"))) == 1
 
 
-def test_a_generative_model_runs_deployed_and_records_generated_answer_accuracy(federation, tmp_path):
-    """tiny-llava (issue 28) on the same sites: one F3OCUS round, answers generated and scored.
-
-    One site (a seeded third of them) is scored and trains, one evaluates: the subject is the
-    generative model on a site, not every site taking part (the budget run's); each site more cost
-    three ClientApp processes (2.4 s of CPU each, Flower's imports) and a model build."""
-    config = run_config(tmp_path, "generative", **{"num-server-rounds": 1, "round-timeout": 600,
-                                                   "fraction-train": 0.34, "fraction-evaluate": 0.34})
-    result = federation.run(config.replace("model='tiny-vilt'", "model='tiny-llava'"), timeout=RUN_TIMEOUT)
+def test_two_model_sizes_run_sima_with_pq_lora_and_share_only_p_and_q(federation, tmp_path):
+    """FedMosaic (issue 16) on the same sites: SIMA with PQ-LoRA, sites of two model sizes (the run's
+    ``model-sizes`` cycled by partition id: base, large, base), one round. Its evaluate messages
+    already carry the P and Q aggregated over both sizes; a site's own ``model-size`` node config
+    is read by the same code (tests/methods/test_sima.py), and node config reaching the app on a
+    SuperNode is the budget run's subject: a federation of its own for it cost another start and
+    two cold workers, about 55 s of the suite's CPU."""
+    result = federation.run(run_config(tmp_path, "mosaic", **{
+        "num-server-rounds": 1, "round-timeout": 600, "strategy": "'all'", "aggregation": "'sima'",
+        "adapter": "'pq-lora'", "model-sizes": "'base,large'"}), timeout=RUN_TIMEOUT)
     assert result.ok, result.output[-3000:]
-    run_dir = tmp_path / "generative"
-    assert json.loads((run_dir / "config.json").read_text())["model"] == "tiny-llava"
-    budget_of = {federation.node_ids[name]: budget for name, budget in BUDGETS.items()}
+    run_dir = tmp_path / "mosaic"
+    rounds = trained_rounds(run_dir / "rounds.jsonl")
+    assert [r["round"] for r in rounds] == [1]
+    assert all(r["aggregated"] and r["failures"] == 0 for r in rounds), rounds
+    shared = load_file(run_dir / "adapters.safetensors")
+    assert shared and all(key.rsplit(".", 1)[-1] in ("P", "Q") for key in shared), sorted(shared)[:5]
+    size_of = {federation.node_ids[n.name]: int(n.config["partition-id"]) % 2 for n in federation.nodes}
     rows = trained_rounds(run_dir / "clients.jsonl")
-    assert {r["node"] for r in rows} <= set(budget_of)
-    (trained,) = [r for r in rows if r["mask"] is not None]
-    assert len(trained["mask"]) == budget_of[trained["node"]]
-    (evaluated,) = [r["evaluate"] for r in rows if r["evaluate"]]
-    # generated-answer accuracy is an exact-match rate over the site's test examples, and the
-    # per-question-type rates (each over a part of those examples) bracket it
+    assert sorted(r["node"] for r in rows) == sorted(size_of)
+    for row in rows:  # Self accuracy per client, with the size it ran (0 base, 1 large)
+        assert 0.0 <= row["evaluate"]["accuracy"] <= 1.0
+        assert row["evaluate"]["model-size"] == size_of[row["node"]]
+
+
+def assert_generated_answer_accuracy(evaluated: dict) -> None:
+    """Generated-answer accuracy is an exact-match rate over the site's test examples, and the
+    per-question-type rates (each over a part of those examples) bracket it."""
     hits = evaluated["accuracy"] * evaluated["num-examples"]
     assert hits == pytest.approx(round(hits), abs=1e-6) and 0 <= round(hits) <= evaluated["num-examples"]
     per_type = [value for key, value in evaluated.items() if key.startswith("accuracy-")]
@@ -180,6 +189,10 @@ def test_a_generative_model_runs_deployed_and_records_generated_answer_accuracy(
 
 
 def test_killed_node_is_recorded_the_run_completes_and_the_restarted_node_rejoins(federation, tmp_path):
+    """A generative model (tiny-llava, issue 28) on the sites, whose answers are generated and
+    scored, while one site is killed mid-round and restarted. One site (a seeded third) evaluates
+    a round: the subject is the generative model on a site, not every site evaluating (the
+    budget run's); a generative run of its own cost another ServerApp and 25-30 s of wall time."""
     victim = federation.nodes[2]
     victim_id = federation.node_ids[victim.name]
     log = federation.log_path(victim.name)
@@ -187,7 +200,8 @@ def test_killed_node_is_recorded_the_run_completes_and_the_restarted_node_rejoin
     outcome = {}
     runner = threading.Thread(target=lambda: outcome.setdefault("result", federation.run(
         run_config(tmp_path, "fault", **{"num-server-rounds": 2, "round-timeout": 600,
-                                         "fraction-evaluate": 0.0}),
+                                         "fraction-evaluate": 0.34}).replace("model='tiny-vilt'",
+                                                                            "model='tiny-llava'"),
         timeout=RUN_TIMEOUT)))
     runner.start()
     try:
@@ -227,3 +241,7 @@ def test_killed_node_is_recorded_the_run_completes_and_the_restarted_node_rejoin
     assert len(first) >= 2 and all(len(r["mask"]) == r["budget"] for n, r in first.items() if n != victim_id)
     again = [r for r in rows if r["round"] == 2 and r["node"] == victim_id]
     assert again and len(again[0]["mask"]) == BUDGETS[victim.name], rows  # it rejoined
+    assert json.loads((tmp_path / "fault" / "config.json").read_text())["model"] == "tiny-llava"
+    evaluated = [r["evaluate"] for r in rows if r["round"] == 2 and r["evaluate"]]
+    assert len(evaluated) == 1, rows
+    assert_generated_answer_accuracy(evaluated[0])
