@@ -65,7 +65,7 @@ def test_a_run_attached_to_the_cluster_completes_with_its_results_on_the_driver(
 def test_client_actors_ran_on_both_nodes(scenario):
     """A node's raylet starts the workers of its actors, in the session of that node's ``ray start``."""
     assert len(scenario["node_sessions"]) == 2
-    assert scenario["attached"]["actor_sessions"] == scenario["node_sessions"]
+    assert set(scenario["node_sessions"]) <= set(scenario["actor_sessions"]), scenario["actor_sessions"]
 
 
 def test_flowers_ray_backend_attaches_through_ray_address(scenario):
@@ -92,11 +92,12 @@ def test_a_sweep_checks_the_cluster_once_before_its_first_run(scenario):
 
 def test_a_run_without_an_address_starts_its_own_ray_instead_of_joining_a_running_cluster(scenario):
     """Ray's ``ray.init()`` would join the cluster ``ray start`` recorded on this machine; the run
-    completes with its client actor in a Ray it started itself (in the scenario's own session), none
-    on that cluster."""
+    completes with its client actor in a Ray it started itself (in the run's own session): joined to
+    the cluster, its actor would be in a node's session, as the attached run's are."""
     assert scenario["local"]["code"] == 0, scenario["local"]
     assert "Ray cluster at" not in scenario["local"]["stdout"]
-    assert scenario["local"]["actor_sessions"] == [scenario["own_session"]]
+    assert scenario["local"]["session"] in scenario["actor_sessions"], scenario["actor_sessions"]
+    assert scenario["local"]["session"] not in scenario["node_sessions"]
 
 
 def test_both_nodes_are_stopped_by_process_id(scenario):

@@ -10,20 +10,21 @@ and connects to loopback only. Steps, each recorded in ``<out>/scenario.json``:
 1. ``ray start --head`` and ``ray start --address`` (one CPU each, no dashboard), each in a session
    of its own (``setsid``), so every process they start is found by session id;
 2. the 2-round job attached with ``run_simulation.py --ray-address`` (one client actor per node),
-   with the sessions of the processes that host a client actor seen while it runs: a node's raylet
-   starts its actors' workers, so the session tells the node;
+   and beside it step 5's run, each in a session of its own, with the sessions of the processes that
+   host a client actor seen while they run: a node's raylet starts its actors' workers, so the
+   session tells the node (or the run whose own Ray hosts the actor);
 3. Flower's own Ray backend, as ``flwr run``'s simulation process builds it, with ``RAY_ADDRESS``;
 4. the refusals that ask the cluster: a client larger than any node, and the same client in a sweep
    (``--seeds``), which checks once before its first run (``--cpus`` while attaching is refused
    before any cluster is asked: tests/experiments/test_ray_cluster.py checks it in its own process);
 5. a run with no address (and no ``RAY_ADDRESS``) while the cluster runs: it starts a Ray of its own
    rather than joining the cluster that ``ray start`` left in Ray's current-cluster file (its client
-   actor is seen in this process's session, none in the cluster's);
+   actor is seen in its own session: an actor on the cluster would be in a node's);
 6. every process of both sessions stopped by its PID (never ``ray stop``), and what is left.
 
-The scenario leads a session of its own (tests/experiments/test_ray_cluster.py starts it so),
-which a Ray that a run starts inherits, so the session a client actor's process is in tells
-which Ray hosts it.
+The scenario leads a session of its own (tests/experiments/test_ray_cluster.py starts it so), apart
+from the test's; each run of steps 2 and 5 leads one too, which a Ray that the run starts inherits,
+so the session a client actor's process is in tells which Ray hosts it.
 
 The actors are found by their process title (``ray::ClientAppActor...``) rather than through Ray's
 state API: that API needs the full dashboard, nine module processes whose start, on a loaded machine
@@ -42,6 +43,7 @@ import signal
 import subprocess
 import sys
 import tempfile
+import threading
 import time
 from pathlib import Path
 
@@ -68,28 +70,43 @@ def actor_sessions(among: frozenset[int]) -> set[int]:
     return found & among
 
 
-def run(command: list[str], env: dict[str, str], timeout: float = 600,
-        watch: frozenset[int] = frozenset()) -> dict:
-    """Run ``command``; with sessions to ``watch``, also those of them seen hosting a client actor
-    while it ran (every 0.5 s: an actor lives for the whole run)."""
-    proc = subprocess.Popen(command, cwd=ROOT, env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE,
-                            text=True)
+def run(command: list[str], env: dict[str, str], timeout: float = 600) -> dict:
+    """Run ``command``: its exit code and the ends of its output."""
+    done = subprocess.run(command, cwd=ROOT, env=env, capture_output=True, text=True, timeout=timeout)
+    return {"code": done.returncode, "stdout": done.stdout[-4000:], "stderr": done.stderr[-4000:]}
+
+
+def run_side_by_side(commands: dict[str, list[str]], env: dict[str, str], watch: frozenset[int],
+                     timeout: float = 300) -> tuple[dict[str, dict], list[int]]:
+    """Run ``commands`` at once, each leading a session of its own (its pid); per command its exit
+    code, output and session, and the sessions among ``watch`` and theirs seen hosting a client
+    actor while they ran (every 0.5 s: an actor lives for the whole run). Side by side, since each
+    mostly waits for its Ray to start and its actors to import torch."""
+    procs = {name: subprocess.Popen(command, cwd=ROOT, env=env, stdout=subprocess.PIPE,
+                                    stderr=subprocess.PIPE, text=True, start_new_session=True)
+             for name, command in commands.items()}
+    watched = watch | {proc.pid for proc in procs.values()}
+    outputs = {name: {} for name in procs}
+
+    def drain(name: str) -> None:  # a thread per pipe pair, so a full pipe never blocks a run
+        outputs[name]["out"], outputs[name]["err"] = procs[name].communicate(timeout=timeout)
+
+    readers = [threading.Thread(target=drain, args=(name,), daemon=True) for name in procs]
+    for reader in readers:
+        reader.start()
     deadline = time.monotonic() + timeout
     sessions: set[int] = set()
-    while True:
-        if watch:
-            sessions |= actor_sessions(watch)
-        try:
-            out, err = proc.communicate(timeout=0.5 if watch else timeout)
-            break
-        except subprocess.TimeoutExpired:  # no output is lost by calling communicate again
-            if time.monotonic() > deadline:
-                proc.kill()
-                raise
-    result = {"code": proc.returncode, "stdout": out[-4000:], "stderr": err[-4000:]}
-    if watch:
-        result["actor_sessions"] = sorted(sessions)
-    return result
+    while any(reader.is_alive() for reader in readers):
+        sessions |= actor_sessions(watched)
+        if time.monotonic() > deadline:  # each leads its session: stop its Ray and actors too
+            for proc in procs.values():
+                with contextlib.suppress(ProcessLookupError):
+                    os.killpg(proc.pid, signal.SIGKILL)
+            raise TimeoutError(f"{sorted(procs)} still running after {timeout} s")
+        time.sleep(0.5)
+    results = {name: {"code": proc.returncode, "session": proc.pid, "stdout": outputs[name]["out"][-4000:],
+                      "stderr": outputs[name]["err"][-4000:]} for name, proc in procs.items()}
+    return results, sorted(sessions)
 
 
 def sessions_processes(sessions: set[int]) -> list[int]:
@@ -128,12 +145,18 @@ def main(out: Path) -> None:
         record["head"] = start("--head", "--port", str(PORT), "--include-dashboard", "false")
         record["worker"] = start("--address", address)
         record["node_sessions"] = sorted(p.pid for p in starters)  # one node per `ray start`
-        record["own_session"] = os.getsid(0)
-        ours = frozenset({*record["node_sessions"], record["own_session"]})
         simulate = [sys.executable, "run_simulation.py", "--num-clients", "2"]
         results = out / "results"
-        record["attached"] = run([*simulate, "--ray-address", address, "--client-cpus", "1", "--run-config",
-                                  f"{JOB} results-dir='{results}' run-name='attached'"], env, watch=ours)
+        # step 5 beside step 2: one round on one CPU (one client actor, not two), what is checked is
+        # where the run's Ray is
+        local_job = JOB.replace("num-server-rounds=2", "num-server-rounds=1")
+        runs, record["actor_sessions"] = run_side_by_side({
+            "attached": [*simulate, "--ray-address", address, "--client-cpus", "1", "--run-config",
+                         f"{JOB} results-dir='{results}' run-name='attached'"],
+            "local": [*simulate, "--cpus", "1", "--client-cpus", "1", "--run-config",
+                      f"{local_job} results-dir='{results}' run-name='local'"]},
+            env, watch=frozenset(record["node_sessions"]))
+        record.update(runs)
         record["flower_backend"] = run([sys.executable, "-c",
             "import ray; from flwr.server.superlink.fleet.vce.backend.raybackend import RayBackend; "
             "RayBackend({'init_args': {'logging_level': 40}, 'client_resources': {'num_cpus': 1}}); "
@@ -146,10 +169,6 @@ def main(out: Path) -> None:
                                        address, "--client-cpus", "2", "--run-config",
                                        f"{JOB} results-dir='{out / 'sweep'}'"], env)
         record["sweep_files"] = sorted(str(p.relative_to(out)) for p in (out / "sweep").rglob("*"))
-        # one round on one CPU (one client actor, not two): what is checked is where the run's Ray is
-        local_job = JOB.replace("num-server-rounds=2", "num-server-rounds=1")
-        record["local"] = run([*simulate, "--cpus", "1", "--client-cpus", "1", "--run-config",
-                               f"{local_job} results-dir='{results}' run-name='local'"], env, watch=ours)
     finally:
         sessions = {p.pid for p in starters}  # each `ray start` led its own session
         record["processes"] = len(sessions_processes(sessions))
@@ -157,7 +176,10 @@ def main(out: Path) -> None:
             for pid in sessions_processes(sessions):
                 with contextlib.suppress(ProcessLookupError):
                     os.kill(pid, sig)
-            time.sleep(3)
+            for _ in range(30):  # up to 3 s for them to go
+                if not sessions_processes(sessions):
+                    break
+                time.sleep(0.1)
         record["left"] = sessions_processes(sessions)
         (out / "scenario.json").write_text(json.dumps(record, indent=1))
 
