@@ -88,23 +88,27 @@ def run_side_by_side(commands: dict[str, list[str]], env: dict[str, str], watch:
     watched = watch | {proc.pid for proc in procs.values()}
     outputs = {name: {} for name in procs}
 
-    def drain(name: str) -> None:  # a thread per pipe pair, so a full pipe never blocks a run
-        outputs[name]["out"], outputs[name]["err"] = procs[name].communicate(timeout=timeout)
+    def drain(name: str) -> None:  # a thread per run, so a full pipe never blocks it; ends with it
+        outputs[name]["out"], outputs[name]["err"] = procs[name].communicate()
 
     readers = [threading.Thread(target=drain, args=(name,), daemon=True) for name in procs]
     for reader in readers:
         reader.start()
     deadline = time.monotonic() + timeout
     sessions: set[int] = set()
+    late: set[str] = set()
     while any(reader.is_alive() for reader in readers):
         sessions |= actor_sessions(watched)
         if time.monotonic() > deadline:  # each leads its session: stop its Ray and actors too
-            for proc in procs.values():
-                with contextlib.suppress(ProcessLookupError):
-                    os.killpg(proc.pid, signal.SIGKILL)
-            raise TimeoutError(f"{sorted(procs)} still running after {timeout} s")
+            for name, proc in procs.items():
+                if proc.poll() is None:
+                    late.add(name)
+                    for pid in sessions_processes({proc.pid}):
+                        with contextlib.suppress(ProcessLookupError):
+                            os.kill(pid, signal.SIGKILL)
         time.sleep(0.5)
-    results = {name: {"code": proc.returncode, "session": proc.pid, "stdout": outputs[name]["out"][-4000:],
+    results = {name: {"code": f"killed after {timeout} s" if name in late else proc.returncode,
+                      "session": proc.pid, "stdout": outputs[name]["out"][-4000:],
                       "stderr": outputs[name]["err"][-4000:]} for name, proc in procs.items()}
     return results, sorted(sessions)
 
