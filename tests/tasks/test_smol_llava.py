@@ -232,13 +232,14 @@ def test_closed_set_accuracy_equals_generated_exact_match_on_a_model_trained_to_
     """Planted: the two-block slice trained until it says a planted answer to each of 4 questions,
     the right one for half of them and another answer of the vocabulary for the rest ("teal", two
     tokens, among them). The closed-set choice (`GenerativeVLM.answer_scores`) must name the
-    generated answer for every question, so closed-set accuracy = exact match = 1/2."""
+    generated answer for every question, so closed-set accuracy = exact match = 1/2. After 30 steps
+    the planted answer leads the next one by 2.7 to 10.2 nats (20 steps: not yet learnt)."""
     model = build(partition)
     test = load_partition("easy-vqa", 0, 3, "iid", seed=0, max_train=16, max_test=8).test
     samples = [test[i] for i in (0, 1, 6, 7)]
     planted = [s if i % 2 == 0 else replace(s, target=(int(s.target) + 1) % len(model.answers))
                for i, s in enumerate(samples)]
-    tasks.train(model, planted, np.ones(len(model.layer_names), dtype=bool), steps=40, batch_size=4, lr=3e-3,
+    tasks.train(model, planted, np.ones(len(model.layer_names), dtype=bool), steps=30, batch_size=4, lr=3e-3,
                 head_lr=3e-3, seed=0)
     said = [normalize_answer(a) for a in model.generate_answers(samples)]
     assert said == [model.answers[int(s.target)] for s in planted]  # the model was trained to answer
