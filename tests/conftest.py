@@ -4,15 +4,14 @@ one thread, so the workers do not oversubscribe the cores.
 Scheduling (the suite's budget is 5 minutes on 2 cores): the longest modules (`LONGEST_FIRST`) are
 handed out first (with ``--no-loadscope-reorder`` xdist keeps this collection order instead of
 putting the modules with the most tests first), so no long module starts last and runs alone.
-Two workers, one per core: the deployment tests are not idle while they wait on Flower, they start
-processes that import torch, transformers and peft (`python -X importtime -c "import torch, peft"`:
-5.5-6 s), so more workers only make them contend (``-n 4``: 341 s against 313-390 s for 2 on
-the same day). The suite is CPU-bound: whole-machine busy CPU over a quiet run
-(``tests/helpers/suite_cpu.sh``) was
-606 of 656 core-seconds at 328 s wall, so what shortens it is fewer process starts (one federation
-for the budget, refused-node and killed-node tests; two sites for FedMosaic; the resume test
-without Ray): 467 core-seconds busy, 261 s wall (Flower's Control API was then called in-process; it
-is now the public ``flwr`` CLI again, about 0.6 s of CPU a call, a few calls per federation).
+One worker more than the cores (`pytest_xdist_auto_num_workers`): the deployment and Ray modules
+wait on Flower's polls and heartbeats and on Ray's starts, and with one worker per core those
+waits left a core idle (a quiet run, ``tests/helpers/suite_cpu.sh``, 2026-11-27: 2 workers 308.6 s
+wall, 517 core-seconds busy and 98 idle; 3 workers 282.7 s, 527 busy, 38 idle; earlier, 4 workers
+gave 341 s against 313-390 s for 2). Otherwise the suite is CPU-bound, so what shortens it is fewer
+process starts: one federation for the budget, refused-node, FedMosaic and killed-node tests, the
+generative model on the killed-node run, the resume test without Ray, the Ray scenario's two runs
+side by side.
 On a machine others load, compare one module before and after a change by its CPU seconds with
 ``python tests/helpers/cpu_time.py python -m pytest -q -n 1 -p no:randomly tests/<module>`` (every process
 it starts included, daemons too), not by wall time. ``-n 1``, not ``-n 0``: only an xdist worker runs
@@ -37,16 +36,20 @@ if os.environ.get("PYTEST_XDIST_WORKER"):
 
     torch.set_num_threads(1)
 
-LONGEST_FIRST = (  # the modules longest in wall time, longest first: one run of the suite on a machine at
-    # load 10-28 (`--junitxml`, 2026-11-26), seconds per module summed over its tests: every other
-    # module took under 40 s there. CPU seconds (tests/helpers/cpu_time.py, see above; the process
-    # modules with -n 0, where the pytest process itself runs little torch) in brackets.
-    "test_deploy.py",  # 396 (179 CPU): a federation, three runs, Flower's 3 s polls and heartbeats
-    "test_ray_cluster.py",  # 302 (57 CPU): a two-node Ray cluster's starts
-    "test_resume.py",  # 80 (39 CPU, before its run was made smaller)
-    "test_simulation.py",  # 79
-    "test_generative.py",  # 70 (26 CPU)
+LONGEST_FIRST = (  # the modules longest in wall time, longest first: seconds per module summed over its
+    # tests in the quiet 2-worker run above (3 workers in brackets); every other module took under 14 s (21 s)
+    "test_deploy.py",  # 206 (240): a federation, three runs, Flower's 3 s polls and heartbeats
+    "test_ray_cluster.py",  # 100 (111): a two-node Ray cluster's starts
+    "test_simulation.py",  # 31 (78)
+    "test_generative.py",  # 30 (45)
+    "test_smol_llava.py",  # 29 (33)
 )
+
+
+def pytest_xdist_auto_num_workers(config) -> int:
+    """``-n auto``: one worker more than the cores this process may use (see above)."""
+    cores = len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else os.cpu_count() or 1
+    return cores + 1
 
 
 def pytest_collection_modifyitems(config, items) -> None:
