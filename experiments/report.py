@@ -436,10 +436,11 @@ def draw_histogram(path: Path, rows: Table) -> Path:
     plt = pyplot()
     fig, ax = plt.subplots(figsize=(7, 3.8))
     series = list(dict.fromkeys(r["series"] for r in rows))
-    for offset, label in zip((-0.2, 0.2), series, strict=True):
+    width = 0.8 / len(series)
+    for i, label in enumerate(series):
         mine = [r for r in rows if r["series"] == label]
-        ax.bar(np.array([int(r["layer"]) for r in mine]) + offset,
-               [float(r["selections_per_run"]) for r in mine], width=0.4,
+        ax.bar(np.array([int(r["layer"]) for r in mine]) + (i - (len(series) - 1) / 2) * width,
+               [float(r["selections_per_run"]) for r in mine], width=width,
                label=f"{label} ({mine[0]['runs']} runs)")
     ax.set(xlabel="layer", ylabel="selections per run (clients × rounds)",
            title="Layer-selection histogram (Fig. 7)")
@@ -528,8 +529,8 @@ def figure_tables(runs: Sequence[Run], groups: Sequence[str]) -> dict[str, Table
                   if r.group == g and budgeted_without_scores(r.strategy)), None)
     other = ("lntk", lntk_runs) if lntk_runs else (plain, [r for r in runs if plain and r.group == plain])
     f3_runs = [r for r in runs if f3 and r.group == f3[0]]
-    if other[1] and f3_runs:
-        tables["selection_histogram"] = histogram_table([other, ("f3ocus", f3_runs)],
+    if f3_runs:  # alone where no rule to set beside it ran (e.g. another Pareto pick's experiment)
+        tables["selection_histogram"] = histogram_table([*([other] if other[1] else []), ("f3ocus", f3_runs)],
                                                         len(f3_runs[0].config["layer-names"]))
     return {stem: rows for stem, rows in tables.items() if rows}
 

@@ -186,3 +186,15 @@ def test_without_lntk_runs_the_histogram_sets_f3ocus_beside_random(tmp_path):
             for r in _table(tmp_path / "selection_histogram.csv")]
     assert hist == [(s, "2", str(layer), count) for s in ("random", "f3ocus")
                     for layer, count in enumerate((2.0, 2.0, 0.0, 2.0))]
+
+
+def test_f3ocus_alone_gets_its_histogram_alone(tmp_path):
+    """An experiment of one F3OCUS setting (another Pareto pick, say): its selections per run, with
+    no other series (planted: `write_run`'s masks count layers 0, 1, 3 twice a run)."""
+    write_run(tmp_path, "f3ocus-nsga2-s0", "f3ocus", 0, (0.5, 0.5))
+    (tmp_path / "experiment.json").write_text(json.dumps({"strategies": ["f3ocus"]}))
+    report.write_report(tmp_path)
+    hist = [(r["series"], r["runs"], r["layer"], float(r["selections_per_run"]))
+            for r in _table(tmp_path / "selection_histogram.csv")]
+    assert hist == [("f3ocus", "1", str(layer), count) for layer, count in enumerate((2.0, 2.0, 0.0, 2.0))]
+    assert (tmp_path / "selection_histogram.png").read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
