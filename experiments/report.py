@@ -16,7 +16,7 @@ Writes into the experiment directory (see `experiments.sweep`):
 - ``layer_ranks.png`` (Figs. 5 and 6): per client and round, the rank of every layer by the client's
   own LNTK score, its own top-k (before the server step) and the F3OCUS mask (after it);
 - ``selection_histogram.png`` (Fig. 7): how often each layer is selected, ``lntk`` (else a rule
-  that picks without scores, as ``random``) vs ``f3ocus``;
+  that picks without scores, as ``random``) vs ``f3ocus``, or ``f3ocus`` alone where neither ran;
 - ``pareto_front.png``: the optimiser's Pareto front of the last round, the picked solution marked.
 Figures whose runs are missing (e.g. no ``lntk`` run) are skipped. Every figure is written with
 ``<stem>.csv``, exactly the values it plots, and ``python -m experiments.report --from-tables <dir>``

@@ -1,5 +1,6 @@
 """Tests run offline: nothing may reach a model hub. Under pytest-xdist each worker runs torch on
-one thread, so the workers do not oversubscribe the cores.
+one thread, so the workers (one more than the cores, see below) do not oversubscribe the cores
+with threads.
 
 Scheduling (the suite's budget is 5 minutes on 2 cores): the longest modules (`LONGEST_FIRST`) are
 handed out first (with ``--no-loadscope-reorder`` xdist keeps this collection order instead of
@@ -27,7 +28,7 @@ os.environ.setdefault("TRANSFORMERS_OFFLINE", "1")
 
 if os.environ.get("PYTEST_XDIST_WORKER"):
     # and every process a test starts (runs, site workers, Ray drivers, subprocess checks) inherits
-    # one OpenMP/BLAS thread: with the other worker busy, a second thread mostly spins at torch's
+    # one OpenMP/BLAS thread: with the other workers busy, a second thread mostly spins at torch's
     # barriers. test_resume's old 2-round in-process run (3 clients) took 34.5 s of CPU with torch's
     # default threads, 11.4 s with OMP_NUM_THREADS=1 (cpu_time.py, load ~45 on 2 cores, 2026-11-26).
     # A test about thread counts sets them explicitly (tests/client_app/test_site_worker.py).

@@ -20,7 +20,8 @@ and connects to loopback only. Steps, each recorded in ``<out>/scenario.json``:
 5. a run with no address (and no ``RAY_ADDRESS``) while the cluster runs: it starts a Ray of its own
    rather than joining the cluster that ``ray start`` left in Ray's current-cluster file (its client
    actor is seen in its own session: an actor on the cluster would be in a node's);
-6. every process of both sessions stopped by its PID (never ``ray stop``), and what is left.
+6. every process of the nodes' sessions (and of the runs', if their Ray left any) stopped by its PID (never
+   ``ray stop``), and what is left.
 
 The scenario leads a session of its own (tests/experiments/test_ray_cluster.py starts it so), apart
 from the test's; each run of steps 2 and 5 leads one too, which a Ray that the run starts inherits,
@@ -77,7 +78,7 @@ def run(command: list[str], env: dict[str, str], timeout: float = 600) -> dict:
 
 
 def run_side_by_side(commands: dict[str, list[str]], env: dict[str, str], watch: frozenset[int],
-                     timeout: float = 300) -> tuple[dict[str, dict], list[int]]:
+                     timeout: float = 600) -> tuple[dict[str, dict], list[int]]:
     """Run ``commands`` at once, each leading a session of its own (its pid); per command its exit
     code, output and session, and the sessions among ``watch`` and theirs seen hosting a client
     actor while they ran (every 0.5 s: an actor lives for the whole run). Side by side, since each
@@ -99,11 +100,11 @@ def run_side_by_side(commands: dict[str, list[str]], env: dict[str, str], watch:
     late: set[str] = set()
     while any(reader.is_alive() for reader in readers):
         sessions |= actor_sessions(watched)
-        if time.monotonic() > deadline:  # each leads its session: stop its Ray and actors too
-            for name, proc in procs.items():
-                if proc.poll() is None:
+        if time.monotonic() > deadline:  # each leads its session: stop its Ray and actors too (even
+            for name, reader in zip(procs, readers, strict=True):  # a child holding an ended run's pipe)
+                if reader.is_alive():
                     late.add(name)
-                    for pid in sessions_processes({proc.pid}):
+                    for pid in sessions_processes({procs[name].pid}):
                         with contextlib.suppress(ProcessLookupError):
                             os.kill(pid, signal.SIGKILL)
         time.sleep(0.5)
@@ -136,6 +137,7 @@ def main(out: Path) -> None:
     address = f"127.0.0.1:{PORT}"
     record: dict = {"address": address}
     starters: list[subprocess.Popen] = []
+    run_sessions: set[int] = set()  # what a run's own Ray left, if anything, goes with the nodes
 
     def start(*args: str) -> dict:
         proc = subprocess.Popen([ray, "start", *args, "--node-ip-address", "127.0.0.1", "--num-cpus", "1",
@@ -161,6 +163,7 @@ def main(out: Path) -> None:
                       f"{local_job} results-dir='{results}' run-name='local'"]},
             env, watch=frozenset(record["node_sessions"]))
         record.update(runs)
+        run_sessions |= {run["session"] for run in runs.values()}
         record["flower_backend"] = run([sys.executable, "-c",
             "import ray; from flwr.server.superlink.fleet.vce.backend.raybackend import RayBackend; "
             "RayBackend({'init_args': {'logging_level': 40}, 'client_resources': {'num_cpus': 1}}); "
@@ -174,7 +177,7 @@ def main(out: Path) -> None:
                                        f"{JOB} results-dir='{out / 'sweep'}'"], env)
         record["sweep_files"] = sorted(str(p.relative_to(out)) for p in (out / "sweep").rglob("*"))
     finally:
-        sessions = {p.pid for p in starters}  # each `ray start` led its own session
+        sessions = {p.pid for p in starters} | run_sessions  # each `ray start` and run led its own
         record["processes"] = len(sessions_processes(sessions))
         for sig in (signal.SIGTERM, signal.SIGKILL):
             for pid in sessions_processes(sessions):
