@@ -17,12 +17,13 @@ Every experiment directory is read like `experiments.report` reads it (complete 
    selection, e.g. F3OCUS + FedAvg against FedAvg of every layer), the per-seed paired
    differences other − baseline of overall (and Others) accuracy and their 95 % Student-t interval
    mean(d) ± t_{0.975, n−1} · sd(d) / √n (`paired_interval`), with "not distinguishable" when the
-   interval covers 0. Seeds fix the client data split and initialisation, so pairing by seed removes
-   that shared variation from the comparison. ``--figure PATH`` draws these differences with their
-   intervals and writes beside it ``<stem>.csv``, the per-seed differences it was drawn from (row,
-   base, metric, seed, difference), and ``<stem>-seeds.csv``, the per-seed values that were paired
-   (experiment, strategy, seed, metric, value); ``--redraw <stem>.csv`` draws the figure again from
-   that table alone, without run folders.
+   interval covers 0 (one common seed: its difference, marked as having no interval, not drawn;
+   ``--against`` lists two or more). Seeds fix the client data split and initialisation, so pairing by
+   seed removes that shared variation from the comparison. ``--figure PATH`` draws these differences
+   with their intervals and writes beside it ``<stem>.csv``, the per-seed differences it was drawn from
+   (row, base, metric, seed, difference), and ``<stem>-seeds.csv``, the per-seed values that were
+   paired (experiment, strategy, seed, metric, value); ``--redraw <stem>.csv`` draws the figure again
+   from that table alone, without run folders.
 
 With ``--against``, item 2 pairs, within each experiment, every strategy with each named reference
 strategy instead (``zero-shot``: the round-0 evaluation of the same seed's runs), and adds both
@@ -99,16 +100,21 @@ def by_seed(experiment_dir: Path, zero_shot: bool = False) -> dict[str, dict[int
 def paired_row(label: str, key: str, seeds: dict[int, dict], ref: dict[int, dict]
                 ) -> tuple[str, float, float, float, dict[int, float]] | None:
     """One markdown row of paired differences, their mean, interval and the differences by seed
-    (None with fewer than 2 common seeds)."""
+    (None without a common seed; one common seed: its difference, no interval, NaN bounds)."""
     common = sorted(set(seeds) & set(ref))
-    if len(common) < 2 or key not in seeds[common[0]] or key not in ref[common[0]]:
+    if not common or key not in seeds[common[0]] or key not in ref[common[0]]:
         return None
     other, base = [seeds[s][key] for s in common], [ref[s][key] for s in common]
-    mean, lo, hi = paired_interval(other, base)
-    reading = "not distinguishable" if lo <= 0 <= hi else ("higher" if lo > 0 else "lower")
+    if len(common) == 1:
+        mean, lo, hi = other[0] - base[0], float("nan"), float("nan")
+        interval, reading = "-", "one seed: no interval"
+    else:
+        mean, lo, hi = paired_interval(other, base)
+        interval = f"[{lo:+.2f}, {hi:+.2f}]"
+        reading = "not distinguishable" if lo <= 0 <= hi else ("higher" if lo > 0 else "lower")
     diffs = ", ".join(f"{o - r:+.2f}" for o, r in zip(other, base, strict=True))
     return (f"| {label} | {key} | {','.join(map(str, common))} | {diffs} | {mean:+.2f} "
-            f"| [{lo:+.2f}, {hi:+.2f}] | {reading} |"), mean, lo, hi, \
+            f"| {interval} | {reading} |"), mean, lo, hi, \
         {s: o - r for s, o, r in zip(common, other, base, strict=True)}
 
 
@@ -125,7 +131,7 @@ def against(data: dict[str, dict[str, dict[int, dict]]], references: Sequence[st
             for strategy, seeds in strategies.items():
                 paired = None if strategy == reference else paired_row(
                     f"{name}: {strategy} − {reference}", "overall", seeds, strategies[reference])
-                if paired is None:
+                if paired is None or len(paired[4]) < 2:  # the seed stds need two seeds
                     continue
                 row, mean = paired[:2]
                 spread = [mean_std([m["overall"] for m in runs.values()])[1]
@@ -238,6 +244,7 @@ def report(dirs: Sequence[Path], references: Sequence[str] = (), figure: Path | 
                     f"{name}/{strategy} − {base_name}/{reference}", key, seeds, base[reference])
                 if row is not None:
                     lines.append(row[0])
+                if row is not None and len(row[4]) > 1:  # the figure draws intervals
                     drawn.append((f"{name}/{strategy}", key, row[4]))
     if figure is not None and drawn:
         label = f"{base_name}/{next(iter(base))}" if len(base) == 1 else base_name

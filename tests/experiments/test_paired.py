@@ -48,6 +48,16 @@ def test_report_pairs_runs_by_seed(tmp_path: Path) -> None:
     assert "| others | 0,1,2 | +0.00, +0.00, +0.00 | +0.00 | [+0.00, +0.00] | not distinguishable |" in text
 
 
+def test_one_common_seed_gives_its_difference_and_no_interval(tmp_path: Path) -> None:
+    """Planted: seed 0 in both (60 % against 50 %), seed 1 only in the baseline."""
+    for seed, acc in enumerate((0.5, 0.7)):
+        _run(tmp_path / "base", f"all-s{seed}", seed, acc, 0.4)
+    _run(tmp_path / "other", "all-s0", 0, 0.6, 0.4)
+    text = report([tmp_path / "base", tmp_path / "other"], figure=tmp_path / "fig.png")
+    assert "| other/all − base/all | overall | 0 | +10.00 | +10.00 | - | one seed: no interval |" in text
+    assert not (tmp_path / "fig.png").exists()  # nothing with an interval to draw
+
+
 def test_against_pairs_each_strategy_with_the_reference_of_its_own_experiment(tmp_path: Path) -> None:
     """Planted: none 50/52/54 %, all = none + 1, 2, 3 pp (the planted interval above); stds 3 (all)
     and 2 (none) pp, so the mean gap is 2 / max(3, 2) = 0.7 larger std."""
