@@ -17,13 +17,12 @@ Every experiment directory is read like `experiments.report` reads it (complete 
    selection, e.g. F3OCUS + FedAvg against FedAvg of every layer), the per-seed paired
    differences other − baseline of overall (and Others) accuracy and their 95 % Student-t interval
    mean(d) ± t_{0.975, n−1} · sd(d) / √n (`paired_interval`), with "not distinguishable" when the
-   interval covers 0 (one common seed: its difference, marked as having no interval, not drawn;
-   ``--against`` lists two or more). Seeds fix the client data split and initialisation, so pairing by
-   seed removes that shared variation from the comparison. ``--figure PATH`` draws these differences
-   with their intervals and writes beside it ``<stem>.csv``, the per-seed differences it was drawn from
-   (row, base, metric, seed, difference), and ``<stem>-seeds.csv``, the per-seed values that were
-   paired (experiment, strategy, seed, metric, value); ``--redraw <stem>.csv`` draws the figure again
-   from that table alone, without run folders.
+   interval covers 0 (one common seed: its difference, marked as having no interval, not drawn). Seeds
+   fix the client data split and initialisation, so pairing by seed removes that shared variation from
+   the comparison. ``--figure PATH`` draws these differences with their intervals and writes beside it
+   ``<stem>.csv``, the per-seed differences it was drawn from (row, base, metric, seed, difference),
+   and ``<stem>-seeds.csv``, the per-seed values that were paired (experiment, strategy, seed, metric,
+   value); ``--redraw <stem>.csv`` draws the figure again from that table alone, without run folders.
 
 With ``--against``, item 2 pairs, within each experiment, every strategy with each named reference
 strategy instead (``zero-shot``: the round-0 evaluation of the same seed's runs), and adds both
@@ -131,9 +130,12 @@ def against(data: dict[str, dict[str, dict[int, dict]]], references: Sequence[st
             for strategy, seeds in strategies.items():
                 paired = None if strategy == reference else paired_row(
                     f"{name}: {strategy} − {reference}", "overall", seeds, strategies[reference])
-                if paired is None or len(paired[4]) < 2:  # the seed stds need two seeds
+                if paired is None:
                     continue
                 row, mean = paired[:2]
+                if len(paired[4]) < 2:  # the seed stds need two seeds
+                    lines.append(f"{row} - | - |")
+                    continue
                 spread = [mean_std([m["overall"] for m in runs.values()])[1]
                           for runs in (seeds, strategies[reference])]
                 units = mean / max(spread) if max(spread) > 0 else float("inf")

@@ -56,6 +56,9 @@ def test_one_common_seed_gives_its_difference_and_no_interval(tmp_path: Path) ->
     text = report([tmp_path / "base", tmp_path / "other"], figure=tmp_path / "fig.png")
     assert "| other/all − base/all | overall | 0 | +10.00 | +10.00 | - | one seed: no interval |" in text
     assert not (tmp_path / "fig.png").exists()  # nothing with an interval to draw
+    _run(tmp_path / "other", "none-s0", 0, 0.45, 0.4, strategy="none")
+    assert ("| other: all − none | overall | 0 | +15.00 | +15.00 | - | one seed: no interval | - | - |"
+            in report([tmp_path / "other"], references=["none"]))
 
 
 def test_against_pairs_each_strategy_with_the_reference_of_its_own_experiment(tmp_path: Path) -> None:
