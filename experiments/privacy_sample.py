@@ -126,20 +126,14 @@ def report(table: Sequence[dict]) -> str:
 def comparisons(groups: dict[str, dict[int, dict]], key: str = "overall") -> list[str]:
     """Markdown rows of each group's paired differences in ``key`` from the first group's
     (``groups``: name → seed → metrics), with their 95 % t interval and reading
-    (`experiments.paired.paired_row`); a group sharing fewer than 2 seeds with it gets its
-    difference alone."""
+    (`experiments.paired.paired_row`: one common seed, its difference alone)."""
     names = list(groups)
     lines = ["| comparison | metric | seeds | per-seed difference (pp) | mean | 95 % t interval | reading |",
              "|---|---|---|---|---|---|---|"]
     for name in names[1:]:
         label = f"{name} − {names[0]}"
         paired = paired_row(label, key, groups[name], groups[names[0]])
-        if paired is None:
-            common = sorted(set(groups[name]) & set(groups[names[0]]))
-            diffs = [groups[name][s][key] - groups[names[0]][s][key] for s in common]
-            paired = (f"| {label} | {key} | {','.join(map(str, common)) or '-'} | "
-                      f"{', '.join(f'{d:+.2f}' for d in diffs) or '-'} | - | needs 2 seeds | - |",)
-        lines.append(paired[0])
+        lines.append(paired[0] if paired else f"| {label} | {key} | - | - | - | - | no common seed |")
     return lines
 
 def main(argv: list[str] | None = None) -> int:

@@ -51,7 +51,10 @@ def test_one_seed_gives_the_difference_without_an_interval(tmp_path: Path) -> No
     _run(tmp_path / "a", 0, 0.8, None)
     _run(tmp_path / "b", 0, 0.6, 3.0)
     text = report(rows([tmp_path / "a", tmp_path / "b"]))
-    assert "| b − a | overall | 0 | -20.00 | - | needs 2 seeds | - |" in text
+    assert "| b − a | overall | 0 | -20.00 | -20.00 | - | one seed: no interval |" in text
+    _run(tmp_path / "c", 1, 0.6, 3.0)
+    text = report(rows([tmp_path / "a", tmp_path / "c"]))
+    assert "| c − a | overall | - | - | - | - | no common seed |" in text
 
 
 def test_per_round_lists_each_clients_epsilon_and_sitting_out(tmp_path: Path) -> None:
