@@ -175,15 +175,21 @@ def test_two_model_sizes_run_sima_with_pq_lora_and_share_only_p_and_q(federation
     rows = trained_rounds(run_dir / "clients.jsonl")
     assert sorted(r["node"] for r in rows) == sorted(size_of)
     for row in rows:  # Self accuracy per client, with the size it ran (0 base, 1 large)
-        assert 0.0 <= row["evaluate"]["accuracy"] <= 1.0
+        assert_a_rate_over_its_examples(row["evaluate"])
         assert row["evaluate"]["model-size"] == size_of[row["node"]]
+
+
+def assert_a_rate_over_its_examples(evaluated: dict) -> None:
+    """The accuracy is a count of right answers over the site's test examples (none missing)."""
+    hits = evaluated["accuracy"] * evaluated["num-examples"]
+    assert evaluated["num-examples"] > 0
+    assert hits == pytest.approx(round(hits), abs=1e-6) and 0 <= round(hits) <= evaluated["num-examples"]
 
 
 def assert_generated_answer_accuracy(evaluated: dict) -> None:
     """Generated-answer accuracy is an exact-match rate over the site's test examples, and the
     per-question-type rates (each over a part of those examples) bracket it."""
-    hits = evaluated["accuracy"] * evaluated["num-examples"]
-    assert hits == pytest.approx(round(hits), abs=1e-6) and 0 <= round(hits) <= evaluated["num-examples"]
+    assert_a_rate_over_its_examples(evaluated)
     per_type = [value for key, value in evaluated.items() if key.startswith("accuracy-")]
     assert per_type and min(per_type) - 1e-9 <= evaluated["accuracy"] <= max(per_type) + 1e-9
 
