@@ -50,7 +50,7 @@ def load_partition(
         component = functools.partial(load_partition, partitioner=partitioner, seed=seed,
                                       max_train=max_train, max_test=max_test)
         return load_mixed(dataset, int(partition_id), int(num_partitions), component)
-    spec = parse_partitioner(partitioner)
+    parse_partitioner(partitioner)  # a bad spec fails before anything is loaded
     _check_int("num_partitions", num_partitions, 1)
     _check_int("partition_id", partition_id, 0, num_partitions)
     _check_int("seed", seed, 0)
@@ -61,7 +61,7 @@ def load_partition(
     name = f"{dataset}[{partitioner}] {partition_id}/{num_partitions}"
 
     source = entry.load()(argument, seed)
-    train_idx, test_idx = split_indices(source, num_partitions, spec, seed)[partition_id]
+    train_idx, test_idx = _cut(dataset, num_partitions, partitioner, seed)[partition_id]
     for split, idx in (("train", train_idx), ("test", test_idx)):
         if len(idx) == 0:
             raise ValueError(
@@ -92,6 +92,20 @@ def answers_by_type(dataset: str, seed: int = 0) -> dict[str, list[int]]:
     qtypes = np.concatenate([source.train.qtypes, source.test.qtypes])
     targets = np.concatenate([source.train.targets, source.test.targets])
     return {str(q): np.unique(targets[qtypes == q]).tolist() for q in np.unique(qtypes)}
+
+
+@functools.lru_cache(maxsize=4)
+def _cut(dataset: str, num_partitions: int, partitioner: str, seed: int
+         ) -> tuple[tuple[np.ndarray, np.ndarray], ...]:
+    """Every client's (train, test) indices, read-only: the seeded split is computed once per process
+    and shared by every client the process hosts. It costs O(num_partitions) per call, so an
+    in-process federation of N sites that redid it for each message would pay O(N²) a round."""
+    entry, argument = parse_dataset(dataset)
+    cut = split_indices(entry.load()(argument, seed), num_partitions, parse_partitioner(partitioner), seed)
+    for part in cut:
+        for indices in part:
+            indices.flags.writeable = False
+    return tuple((train, test) for train, test in cut)
 
 
 def _samples(split: Split, idx: np.ndarray, modality: int | None, seed: int) -> list[Sample]:

@@ -183,3 +183,24 @@ def test_iid_cut_is_array_split_of_the_seeded_permutation(n, k):
     want = np.array_split(np.random.default_rng([4, 0, 1]).permutation(idx), k)
     assert len(got) == k
     assert all(a.dtype == np.int64 and np.array_equal(a, b) for a, b in zip(got, want, strict=True))
+
+
+def test_the_split_is_computed_once_for_all_the_clients_of_a_process(monkeypatch):
+    """Hundreds of in-process sites each load their partition every round: each load must reuse the
+    one seeded split of the federation, not recompute every client's share (O(N²) a round)."""
+    import tasks.data.load as load
+
+    calls = []
+    real = load.split_indices
+    monkeypatch.setattr(load, "split_indices", lambda *a, **k: calls.append(a[1:]) or real(*a, **k))
+    load._cut.cache_clear()
+    parts = [load_partition("synthetic", i, 7, "dirichlet:0.5", seed=3) for i in range(7)]
+    parts.append(load_partition("synthetic", 2, 7, "dirichlet:0.5", seed=3))
+    assert len(calls) == 1
+    assert _keys(parts[2].train) == _keys(parts[7].train) and _keys(parts[2].test) == _keys(parts[7].test)
+    load_partition("synthetic", 0, 7, "dirichlet:0.5", seed=4)
+    load_partition("synthetic", 0, 6, "dirichlet:0.5", seed=3)
+    assert len(calls) == 3  # another seed or federation size is another split
+    train, _ = load._cut("synthetic", 7, "dirichlet:0.5", 3)[0]
+    with pytest.raises(ValueError, match="read-only"):
+        train[0] = 0  # a client cannot change its neighbours' shares
