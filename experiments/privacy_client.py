@@ -78,26 +78,32 @@ def read_run(run_dir: Path) -> list[dict]:
     return [json.loads(line) for line in (run_dir / "rounds.jsonl").read_text().splitlines()]
 
 
-def noise_multiplier(config: dict[str, object], num_clients: int) -> float:
-    """The z a run's server settles before round 1 (its privacy mode's accountant,
-    `methods.privacy.client`); 0 where the server accounts nothing."""
+def accountant_of(config: dict[str, object], num_clients: int):
+    """The accountant a run's server settles before round 1 (its privacy mode's,
+    `methods.privacy.client.ClientAccountant`: z, δ and ε per round); None where it accounts nothing."""
     from settings import RunConfig
 
     parsed = RunConfig.from_mapping(config)
-    accountant = parsed.privacy.component.accountant(parsed, num_clients)
-    return 0.0 if accountant is None else accountant.noise
+    return parsed.privacy.component.accountant(parsed, num_clients)
 
 
-def tables(results: dict[tuple[float, int], tuple[float, list[dict]]]) -> tuple[list[dict], list[dict]]:
-    """(one row per run, one row per run and round) from each run's z and ``rounds.jsonl``; round 0
-    (the untrained model's evaluation) gives ``initial_accuracy`` and no ε."""
+def tables(results: dict[tuple[float, int], tuple[object, list[dict]]], sites: int
+           ) -> tuple[list[dict], list[dict]]:
+    """(one row per run, one row per run and round) from each run's accountant (or None) and
+    ``rounds.jsonl``; round 0 (the untrained model's evaluation) gives ``initial_accuracy`` and no ε.
+    ε spent is the run's own record (PLD) beside RDP's (recorded too) and Opacus's PRV accountant's
+    for the rounds it trained: three accountants of the same mechanism."""
     per_run, per_round = [], []
-    for (epsilon, seed), (noise, rounds) in sorted(results.items()):
+    for (epsilon, seed), (accountant, rounds) in sorted(results.items()):
         last, trained = rounds[-1], [r for r in rounds if r["round"] > 0]
         initial = next((r["evaluate"]["accuracy"] for r in rounds if r["round"] == 0), math.nan)
-        per_run.append({"target_epsilon": epsilon, "seed": seed, "noise_multiplier": noise,
+        per_run.append({"sites": sites, "target_epsilon": epsilon, "seed": seed,
+                        "noise_multiplier": 0.0 if accountant is None else accountant.noise,
+                        "delta": math.nan if accountant is None else accountant.delta,
                         "rounds": len(trained),
                         "epsilon_spent": last.get("epsilon", math.inf),
+                        "epsilon_rdp": last.get("epsilon-rdp", math.inf if accountant is None else math.nan),
+                        "epsilon_prv": math.inf if accountant is None else _prv(accountant, len(trained)),
                         "initial_accuracy": initial,
                         "accuracy": last["evaluate"]["accuracy"],
                         "uplink_mb": sum(r["bytes-up"] for r in rounds) / 1e6})
@@ -105,6 +111,13 @@ def tables(results: dict[tuple[float, int], tuple[float, list[dict]]]) -> tuple[
                        "epsilon": r.get("epsilon", math.inf), "accuracy": r["evaluate"]["accuracy"]}
                       for r in rounds]
     return per_run, per_round
+
+
+def _prv(accountant, rounds: int) -> float:
+    import numpy as np
+
+    with np.errstate(divide="ignore", invalid="ignore"):  # Opacus's PRV takes log(1 - q) at q = 1
+        return accountant.epsilon(rounds, "prv")
 
 
 def summary(per_run: Sequence[dict]) -> str:
@@ -117,16 +130,57 @@ def summary(per_run: Sequence[dict]) -> str:
         groups.setdefault(name, {})[row["seed"]] = {
             **row, "overall": 100 * row["accuracy"], "initial": 100 * row["initial_accuracy"],
             "uplink_per_round": row["uplink_mb"] / max(row["rounds"], 1)}
-    lines = ["| target | z | seeds | rounds | ε spent | accuracy before training % | final accuracy % "
-             "| uplink MB / round |", "|---|---|---|---|---|---|---|---|"]
+    lines = ["| target | z | seeds | rounds | ε spent: PLD (recorded) / PRV / RDP "
+             "| accuracy before training % | final accuracy % | uplink MB / round |",
+             "|---|---|---|---|---|---|---|---|"]
     for name, seeds in groups.items():
         rows = list(seeds.values())
         cells = [plus_minus(mean_std([r[k] for r in rows]), d)
                  for k, d in (("initial", 1), ("overall", 1), ("uplink_per_round", 2))]
         lines.append(f"| {name} | {rows[0]['noise_multiplier']:.3f} | {','.join(map(str, seeds))} | "
                      f"{'/'.join(sorted({str(r['rounds']) for r in rows}))} | "
-                     f"{max(r['epsilon_spent'] for r in rows):.3f} | " + " | ".join(cells) + " |")
+                     f"{_spent(rows)} | " + " | ".join(cells) + " |")
     return "\n".join([*lines, "", *comparisons(groups)]) + "\n"
+
+
+def _spent(rows: Sequence[dict]) -> str:
+    """The largest ε any run of a row spent, by each accountant (`tables`); one figure without DP."""
+    spent = [max(float(r[k]) for r in rows) for k in ("epsilon_spent", "epsilon_prv", "epsilon_rdp")]
+    return "inf" if math.isinf(spent[0]) else " / ".join(f"{e:.3f}" for e in spent)
+
+
+def sites_table(per_run: Sequence[dict], target: float, cost: float = 5.0) -> str:
+    """Markdown: per federation size (``sites``, from several sweeps' ``runs.csv``), z and δ at the
+    target ε, the final accuracy without DP and at the target (mean ± std over seeds), and the paired
+    difference with its 95 % t interval (`experiments.paired.paired_row`), read against ``cost``
+    points: at most ``cost`` where the whole interval lies above −cost, more where it lies below."""
+    from experiments.paired import paired_row
+
+    lines = [f"| sites | δ | z | seeds | no DP % | ε = {target:g} % | ε = {target:g} − no DP (pp) "
+             f"| 95 % t interval | costs at most {cost:g} points? |", "|---|---|---|---|---|---|---|---|---|"]
+    for sites in sorted({int(r["sites"]) for r in per_run}):
+        runs = [r for r in per_run if int(r["sites"]) == sites]
+        base = {int(r["seed"]): {"overall": 100 * float(r["accuracy"])}
+                for r in runs if math.isinf(float(r["target_epsilon"]))}
+        private = {int(r["seed"]): {"overall": 100 * float(r["accuracy"]), "z": float(r["noise_multiplier"]),
+                                    "delta": float(r["delta"])}
+                   for r in runs if float(r["target_epsilon"]) == target}
+        paired = paired_row("", "overall", private, base)
+        if not paired:
+            lines.append(f"| {sites} | - | - | - | - | - | - | - | no common seed |")
+            continue
+        _, mean, lo, hi, by_seed = paired
+        first = private[min(private)]
+        if math.isnan(lo):
+            reading = "one seed: no interval"
+        else:
+            reading = "yes" if lo >= -cost else ("no" if hi < -cost else f"not resolved: −{cost:g} is inside")
+        interval = "-" if math.isnan(lo) else f"[{lo:+.2f}, {hi:+.2f}]"
+        accuracy = [plus_minus(mean_std([v["overall"] for s, v in group.items() if s in by_seed]), 1)
+                    for group in (base, private)]
+        lines.append(f"| {sites} | {first['delta']:.2g} | {first['z']:.3f} | {','.join(map(str, by_seed))} | "
+                     f"{accuracy[0]} | {accuracy[1]} | {mean:+.2f} | {interval} | {reading} |")
+    return "\n".join(lines) + "\n"
 
 
 def write_csv(path: Path, rows: Sequence[dict]) -> Path:
@@ -171,8 +225,22 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--report", action="store_true",
                         help="run nothing: tables and figure from the run folders as they are (an "
                              "unfinished run with the rounds it logged)")
+    parser.add_argument("--sites", nargs="+", type=Path, metavar="RUNS_CSV",
+                        help="run nothing: compare the runs.csv of sweeps at several federation sizes "
+                             "(--target's cost against no DP per size); writes --out/sites.md")
+    parser.add_argument("--target", type=float, default=8.0, help="with --sites: the target ε compared")
     args = parser.parse_args(argv)
     out = Path(args.out)
+    if args.sites:
+        rows = []
+        for path in args.sites:
+            with open(path, encoding="utf-8") as fh:
+                rows += list(csv.DictReader(fh))
+        out.mkdir(parents=True, exist_ok=True)
+        (out / "sites.md").write_text(text := sites_table(rows, args.target), encoding="utf-8")
+        print(out / "sites.md")
+        print(text, end="")
+        return 0
     if args.redraw:
         with open(out / "rounds.csv", encoding="utf-8") as fh:
             print(draw(out / "epsilon.png", list(csv.DictReader(fh))))
@@ -192,8 +260,8 @@ def main(argv: list[str] | None = None) -> int:
 
                     shutil.rmtree(run_dir)
                 run_once(config, args.clients)
-            results[(epsilon, seed)] = (noise_multiplier(config, args.clients), read_run(run_dir))
-    per_run, per_round = tables(results)
+            results[(epsilon, seed)] = (accountant_of(config, args.clients), read_run(run_dir))
+    per_run, per_round = tables(results, args.clients)
     out.mkdir(parents=True, exist_ok=True)
     table = summary(per_run)
     (out / "table.md").write_text(table, encoding="utf-8")
