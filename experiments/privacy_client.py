@@ -15,12 +15,16 @@ evaluated every round (no sampling, so no amplification is claimed), z derived f
 the planned rounds (``dp-noise = 0``); `SETTING` says why its sizes.
 
 Run folders go to ``--runs`` (finished runs are skipped, so the command resumes); written to ``--out``:
-``runs.csv`` (one row per run: target ε, seed, noise multiplier, ε spent, accuracy before training and
+``runs.csv`` (one row per run: sites, target ε, seed, noise multiplier, δ, ε spent by PLD, PRV and RDP,
+accuracy before training and
 after the last round, uplink MB), ``table.md`` (`summary`: per ε, mean ± std over seeds and the paired
 differences from ε = ∞, also printed), ``rounds.csv`` (one row per run and round: ε spent, accuracy)
 and ``epsilon.png`` (ε and accuracy per round, one line per target; ``--redraw`` draws it again from
 ``rounds.csv`` alone; ``--report`` runs nothing and writes them from the run folders as they are, an
-unfinished run with the rounds it logged).
+unfinished run with the rounds it logged). ``--sites RUNS_CSV ...`` runs nothing either: it reads the
+``runs.csv`` of sweeps at several federation sizes (``--clients``) and writes ``sites.md``
+(`sites_table`: per size, the cost of ``--target``'s ε against no DP, paired by seed, read against
+5 points).
 """
 
 from __future__ import annotations
@@ -31,9 +35,13 @@ import json
 import math
 from collections.abc import Sequence
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 from experiments.privacy_sample import comparisons
 from experiments.report import mean_std, plus_minus, pyplot, save_figure
+
+if TYPE_CHECKING:
+    from methods.privacy.client import ClientAccountant
 
 SETTING = {
     "model": "tiny-vilt", "dataset": "synthetic", "partitioner": "iid", "strategy": "last",
@@ -78,7 +86,7 @@ def read_run(run_dir: Path) -> list[dict]:
     return [json.loads(line) for line in (run_dir / "rounds.jsonl").read_text().splitlines()]
 
 
-def accountant_of(config: dict[str, object], num_clients: int):
+def accountant_of(config: dict[str, object], num_clients: int) -> ClientAccountant | None:
     """The accountant a run's server settles before round 1 (its privacy mode's,
     `methods.privacy.client.ClientAccountant`: z, δ and ε per round); None where it accounts nothing."""
     from settings import RunConfig
@@ -87,7 +95,7 @@ def accountant_of(config: dict[str, object], num_clients: int):
     return parsed.privacy.component.accountant(parsed, num_clients)
 
 
-def tables(results: dict[tuple[float, int], tuple[object, list[dict]]], sites: int
+def tables(results: dict[tuple[float, int], tuple[ClientAccountant | None, list[dict]]], sites: int
            ) -> tuple[list[dict], list[dict]]:
     """(one row per run, one row per run and round) from each run's accountant (or None) and
     ``rounds.jsonl``; round 0 (the untrained model's evaluation) gives ``initial_accuracy`` and no ε.
@@ -113,7 +121,7 @@ def tables(results: dict[tuple[float, int], tuple[object, list[dict]]], sites: i
     return per_run, per_round
 
 
-def _prv(accountant, rounds: int) -> float:
+def _prv(accountant: ClientAccountant, rounds: int) -> float:
     import numpy as np
 
     with np.errstate(divide="ignore", invalid="ignore"):  # Opacus's PRV takes log(1 - q) at q = 1
