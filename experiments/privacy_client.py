@@ -16,14 +16,14 @@ the planned rounds (``dp-noise = 0``); `SETTING` says why its sizes.
 
 Run folders go to ``--runs`` (finished runs are skipped, so the command resumes); written to ``--out``:
 ``runs.csv`` (one row per run: sites, target ε, seed, noise multiplier, δ, ε spent by PLD, PRV and RDP,
-accuracy before training and after the last round, uplink MB), ``table.md`` (`summary`: per ε,
-mean ± std over seeds and the paired differences from ε = ∞, also printed), ``rounds.csv`` (one row per run and round: ε spent, accuracy)
-and ``epsilon.png`` (ε and accuracy per round, one line per target; ``--redraw`` draws it again from
-``rounds.csv`` alone; ``--report`` runs nothing and writes them from the run folders as they are, an
-unfinished run with the rounds it logged). ``--sites RUNS_CSV ...`` runs nothing either: it reads the
-``runs.csv`` of sweeps at several federation sizes (``--clients``) and writes ``sites.md``
-(`sites_table`: per size, the cost of ``--target``'s ε against no DP, paired by seed, read against
-5 points).
+accuracy before training and after the last round, uplink MB), ``table.md`` (`summary`: per ε, mean ± std
+over seeds and the paired differences from ε = ∞, also printed), ``rounds.csv`` (one row per run and
+round: ε spent, accuracy) and ``epsilon.png`` (ε and accuracy per round, one line per target;
+``--redraw`` draws it again from ``rounds.csv`` alone; ``--report`` runs nothing and writes them from the
+run folders as they are, an unfinished run with the rounds it logged). ``--sites RUNS_CSV ...`` runs
+nothing either: it reads the ``runs.csv`` of sweeps at several federation sizes (``--clients``) and
+writes ``sites.md`` (`sites_table`: per size, the cost of ``--target``'s ε against no DP, paired by seed,
+read against 5 points).
 """
 
 from __future__ import annotations
