@@ -244,6 +244,15 @@ def _privacy_no_dp_seed0() -> list[float]:
     return [100 * float(row[0]["initial_accuracy"]), 100 * float(row[0]["accuracy"])]
 
 
+def _client_dp_cost(sites: int) -> list[float]:
+    """ε = 8 − no DP at ``sites`` sites (privacy-client-<sites>/runs.csv), paired by seed: mean and
+    95 % t interval."""
+    by = {(r["target_epsilon"], r["seed"]): 100 * float(r["accuracy"])
+          for r in rows(f"privacy-client-{sites}/runs.csv")}
+    seeds = sorted(s for e, s in by if e == "8.0" and ("inf", s) in by)
+    return list(paired_interval([by["8.0", s] for s in seeds], [by["inf", s] for s in seeds]))
+
+
 CHECKS: tuple[Check, ...] = (
     Check("`all` {} %, heads only {} %, majority answer {} %", (K2,),
           lambda: [value(K2, "all", "overall_mean"), value(K2, "none", "overall_mean"),
@@ -301,6 +310,9 @@ CHECKS: tuple[Check, ...] = (
           "points", (NEWCOMER,), _newcomer),
     Check("(seed 0: {} % before training, {} % after round 10)", ("privacy-client/runs.csv",),
           _privacy_no_dp_seed0, document="docs/results/privacy.md"),
+    Check("{} points at 50 sites (95 % interval [{}, {}], 5 seeds), {} at 200 ([{}, {}],",
+          ("privacy-client-50/runs.csv", "privacy-client-200/runs.csv"),
+          lambda: _client_dp_cost(50) + _client_dp_cost(200)),
 )
 
 NUMBER = r"([+-]?\d+(?:\.\d+)?)"
