@@ -25,9 +25,11 @@ def coverage_rows(experiment: str, runs: Sequence[Run]) -> list[dict]:
 
 def summary(rows: Sequence[dict]) -> list[str]:
     """Per run: the layers never trained and the fewest and most selections of a layer."""
+    by_run: dict[tuple[str, str], list[int]] = {}
+    for r in rows:
+        by_run.setdefault((r["experiment"], r["run"]), []).append(r["selections"])
     lines = []
-    for key in dict.fromkeys((r["experiment"], r["run"]) for r in rows):
-        counts = [r["selections"] for r in rows if (r["experiment"], r["run"]) == key]
+    for key, counts in by_run.items():
         never = [layer for layer, count in enumerate(counts) if count == 0]
         lines.append(f"{key[0]}/{key[1]}: {len(never)} layers never trained {never}, "
                      f"selections of a layer {min(counts)}-{max(counts)}")

@@ -36,6 +36,8 @@ from collections.abc import Sequence
 from pathlib import Path
 from typing import TYPE_CHECKING
 
+import numpy as np
+
 from experiments.privacy_sample import comparisons
 from experiments.report import mean_std, plus_minus, pyplot, save_figure
 
@@ -121,8 +123,6 @@ def tables(results: dict[tuple[float, int], tuple[ClientAccountant | None, list[
 
 
 def _prv(accountant: ClientAccountant, rounds: int) -> float:
-    import numpy as np
-
     with np.errstate(divide="ignore", invalid="ignore"):  # Opacus's PRV takes log(1 - q) at q = 1
         return accountant.epsilon(rounds, "prv")
 
