@@ -37,11 +37,14 @@ def run_directory(config: RunConfig) -> Path:
 @dataclass(frozen=True)
 class RunPlan:
     """What the server settles before round 1: the model's layers, the initial adapters, the run
-    directory and, for a resumed run, the round to start from and the clients' stored models."""
+    directory, the model's provenance (`tasks.FederatedVLM.provenance`, e.g. the checksum of the
+    stage-1 projector a run starts from) and, for a resumed run, the round to start from and the
+    clients' stored models."""
 
     layer_names: list[str]
     initial: State
     run_dir: Path
+    provenance: dict[str, str] = field(default_factory=dict)
     start_round: int = 1
     personal: dict[str, State] = field(default_factory=dict)  # by client id
 
@@ -74,6 +77,7 @@ def plan_run(config: RunConfig) -> RunPlan:
         raise ConfigError(f"adapter = {config.adapter!r} of model = {config.model!r}: {err}") from None
     layer_names = list(model.layer_names)
     initial = tasks.get_layer_state(model, range(len(layer_names)))
+    provenance = dict(model.provenance)
     del model
     check_budgets(config.budgets, len(layer_names))
     run_dir = run_directory(config)
@@ -89,11 +93,11 @@ def plan_run(config: RunConfig) -> RunPlan:
             reason = str(err)
             raise ConfigError(reason if reason.startswith("resume-from") else
                               f"resume-from = {config.resume_from!r}: {reason}") from None
-        return RunPlan(layer_names, initial, run_dir, done + 1, personal)
+        return RunPlan(layer_names, initial, run_dir, provenance, done + 1, personal)
     if (run_dir / "rounds.jsonl").exists():
         raise ConfigError(f"run-name = {config.run_name!r}: {run_dir} already holds a run; "
                           "pick another run-name or set resume-from")
-    return RunPlan(layer_names, initial, run_dir)
+    return RunPlan(layer_names, initial, run_dir, provenance)
 
 
 def answer_count(config: RunConfig) -> int:
@@ -179,7 +183,7 @@ def main(grid: Grid, context: Context) -> None:
     run_dir = plan.run_dir
     recorder = Recorder(run_dir, config.num_server_rounds, plan.layer_names,
                         progress_bar=config.progress_bar, first_round=plan.start_round)
-    recorder.write_config(config.to_dict())
+    recorder.write_config({**config.to_dict(), "provenance": plan.provenance})
     log(INFO, "Results: %s (rounds %d..%d)", run_dir, plan.start_round, config.num_server_rounds)
     strategy = build_strategy(config, len(plan.layer_names), recorder, accountant)
     strategy.start(grid, to_record(plan.initial), num_rounds=config.num_server_rounds,

@@ -78,6 +78,7 @@ class FederatedVLM(nn.Module):
         self.gated = False  # FedMosaic/SIMA local + global branches (tasks.mosaic)
         self.wire_names: dict[str, str] = {}  # parameter name -> shared-state name (tasks.mosaic)
         self.image_size = 64  # square input side the model resizes images to
+        self.provenance: dict[str, str] = {}  # what a run records of where its weights came from
 
     # -- inputs ---------------------------------------------------------------------------------
     def collate(self, samples: Sequence[Sample]) -> dict[str, torch.Tensor]:

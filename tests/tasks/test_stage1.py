@@ -6,6 +6,7 @@ about 10 minutes to make; the code path is the same."""
 
 from __future__ import annotations
 
+import shutil
 import time
 from pathlib import Path
 
@@ -48,6 +49,63 @@ def test_the_cached_projector_loads_fast_into_the_aligned_model_and_differs_from
                            plain.get_submodule(smol_llava.PROJECTOR).state_dict()["linear_1.weight"])
     record = (aligned / "stage1.json").read_text()
     assert '"steps": 2' in record and '"captions": 2435' in record
+    assert model.provenance == {"stage1-projector-sha256": stage1.checksum(aligned / stage1.PROJECTOR_FILE)}
+
+
+def test_the_recipe_makes_the_same_bytes_whatever_the_callers_threads(tmp_path, monkeypatch):
+    """The recipe's own thread count holds while it runs: called from one thread and from two, the
+    same projector bit for bit, and the caller's count is back afterwards (float32 on this CPU gives
+    other bytes with two threads than with one, so without the fixed count the two differ)."""
+    from functools import partial
+
+    monkeypatch.setattr(stage1, "entry_of", lambda recipe: tmp_path / recipe.key)
+    monkeypatch.setattr(smol_llava, "build_smol_llava", partial(smol_llava.build_smol_llava, blocks=2))
+    recipe = stage1.Recipe(steps=3, batch_size=4, blocks=2, seed=3)
+    sums = []
+    before = torch.get_num_threads()
+    try:
+        for threads in (1, 2):
+            torch.set_num_threads(threads)
+            entry = stage1.align(recipe, log=lambda line: None)
+            sums.append(stage1.checksum(entry / stage1.PROJECTOR_FILE))
+            assert torch.get_num_threads() == threads
+            shutil.rmtree(entry)
+    finally:
+        torch.set_num_threads(before)
+    assert sums[0] == sums[1]
+
+
+def test_a_projector_whose_bytes_are_not_its_records_is_refused_in_one_line(tmp_path, monkeypatch):
+    monkeypatch.setattr(stage1, "entry_of", lambda recipe: tmp_path / recipe.key)
+    recipe = stage1.Recipe(steps=1, seed=99)
+    state = {"linear_1.weight": torch.ones(2, 2)}
+    entry = stage1.install(recipe, state, {"recipe": {}})
+    assert torch.equal(stage1.aligned_projector(recipe)["linear_1.weight"], state["linear_1.weight"])
+    from safetensors.torch import save_file
+
+    save_file({"linear_1.weight": torch.zeros(2, 2)}, entry / stage1.PROJECTOR_FILE)
+    with pytest.raises(ValueError, match="does not match the SHA-256") as err:
+        stage1.aligned_projector(recipe)
+    assert "\n" not in str(err.value) and stage1.COMMAND in str(err.value)
+
+
+def test_the_committed_projector_installs_with_its_checksum_and_refuses_another(tmp_path, monkeypatch):
+    """`python -m experiments.stage1` copies the committed projector into the cache: the entry's
+    bytes are the committed file's; an entry holding other bytes is refused, not overwritten."""
+    from experiments import stage1 as command
+
+    monkeypatch.setattr(stage1, "RECIPE", stage1.Recipe())  # the module's fixture reads a tiny one
+    monkeypatch.setattr(stage1, "entry_of", lambda recipe: tmp_path / recipe.key)
+    record = command.shipped_record()
+    entry = command.install_shipped()
+    assert stage1.checksum(entry / stage1.PROJECTOR_FILE) == record["sha256"]
+    assert stage1.provenance() == {"stage1-projector-sha256": record["sha256"]}
+    assert command.install_shipped() == entry  # a second install finds it
+    from safetensors.torch import save_file
+
+    save_file({"linear_1.weight": torch.zeros(1)}, entry / stage1.PROJECTOR_FILE)
+    with pytest.raises(ValueError, match="another projector than the committed one"):
+        command.install_shipped()
 
 
 def test_captions_come_from_train_images_only_and_name_colour_and_shape():
