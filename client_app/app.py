@@ -155,14 +155,18 @@ def _allowance(setup: ClientSetup, context: Context, run_dir: str) -> Budget:
 
 
 def _evaluation(setup: ClientSetup, server_round: int) -> dict:
-    """The loaded model's metrics on this client's test split (and the others', `others_metrics`).
-    ``eval-answers = "closed-set"`` scores a generator's closed-set answers every round and adds its
-    generated answers' exact match after the last round."""
-    answers = setup.config.eval_answers
-    if answers == "closed-set" and server_round == setup.config.num_server_rounds:
+    """The loaded model's metrics on this client's test split (and the others', `others_metrics`),
+    on a fixed subset of it before the last round where ``eval-subset`` asks.
+    ``eval-answers = "closed-set"`` scores a generator's closed-set answers every round and, with
+    ``eval-exact-match``, adds its generated answers' exact match after the last round."""
+    config = setup.config
+    last = server_round == config.num_server_rounds
+    answers = config.eval_answers
+    if answers == "closed-set" and last and config.evaluation.exact_match:
         answers = "both"
-    metrics = tasks.evaluate(setup.model, setup.partition.test,
-                             batch_size=max(64, setup.config.training.pass_size), device=setup.device,
+    questions = config.evaluation.questions(setup.partition.test, last)
+    metrics = tasks.evaluate(setup.model, questions,
+                             batch_size=max(64, config.training.pass_size), device=setup.device,
                              answers=answers)
     metrics["num-examples"] = int(metrics.pop("num_examples"))
     metrics["partition-id"] = setup.partition_id
@@ -170,5 +174,5 @@ def _evaluation(setup: ClientSetup, server_round: int) -> dict:
 
     metrics.update(others_metrics(setup, server_round))
     if setup.partition.task == "vqa":
-        metrics["majority-accuracy"] = tasks.majority_accuracy(setup.partition.test)
+        metrics["majority-accuracy"] = tasks.majority_accuracy(questions)
     return metrics

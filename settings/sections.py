@@ -47,3 +47,21 @@ class ScoringSettings(MethodSettings):
                         help="LNTK Jacobian: loss, logit, or paper (supplement Algorithm 1 as printed)")
     batch_size: int = setting(8, "score-batch-size", low=1,
                               help="samples a client scores its layers on")
+
+
+@dataclass(frozen=True)
+class EvaluationSettings(MethodSettings):
+    """How much a client evaluates each round: a fixed subset before the last round, where the
+    curve only needs to be followed, and everything at the end."""
+
+    subset: int = setting(0, "eval-subset", low=0,
+                          help="rounds before the last (round 0 too) score only the first N of each client's "
+                               "evaluation questions, a seeded sample fixed for the run; 0 = all")
+    exact_match: bool = setting(True, "eval-exact-match",
+                                help="eval-answers = 'closed-set': the last round also generates the answers "
+                                     "and scores their exact match")
+
+    def questions(self, samples: list, last: bool) -> list:
+        """A round's evaluation questions: all of them in the last round, else the first
+        ``eval-subset``."""
+        return samples if last or not self.subset else samples[:self.subset]
