@@ -3,8 +3,10 @@
     python run_simulation.py --config conf/task1-hetero.toml --strategies all,lntk,f3ocus --seeds 0,1,2
 
 Layout of ``<results-dir>/<experiment>/``: ``experiment.json`` (the sweep's settings and command),
-``configs/<run>.toml`` (each run's overrides), ``logs/<run>.log`` (its output) and ``runs/<run>/``
-(the run's own files, `server_app.results`). A run is ``<strategy>-s<seed>``, or
+``configs/<run>.toml`` (each run's overrides), ``logs/<run>.log`` (its output), ``runs/<run>/``
+(the run's own files, `server_app.results`) and ``ledger.jsonl``, a line per finished attempt of a
+run: its status, seconds, command and the commit it ran at (``+dirty`` with uncommitted changes), so
+every table names the code each of its rows came from. A run is ``<strategy>-s<seed>``, or
 ``f3ocus-<optimizer>-s<seed>`` for F3OCUS, so the optimiser comparison (paper Tables 4 and 6) reuses
 the main table's F3OCUS runs. Each run is its own ``python run_simulation.py`` process, so Ray and
 all memory are released between runs.
@@ -19,9 +21,11 @@ then written by `experiments.report`.
 from __future__ import annotations
 
 import json
+import shlex
 import shutil
 import subprocess
 import sys
+import threading
 import time
 from collections.abc import Callable, Sequence
 from concurrent.futures import ThreadPoolExecutor
@@ -33,6 +37,17 @@ from settings import PROJECT_ROOT, ConfigError, RunConfig
 
 RUNS, CONFIGS, LOGS = "runs", "configs", "logs"
 EXPERIMENT_FILE = "experiment.json"
+LEDGER_FILE = "ledger.jsonl"
+
+
+def commit() -> str:
+    """The checkout's commit, with ``+dirty`` where tracked files differ from it; "" outside git."""
+    def git(*args: str) -> str:
+        done = subprocess.run(["git", *args], cwd=PROJECT_ROOT, capture_output=True, text=True)
+        return done.stdout.strip() if done.returncode == 0 else ""
+
+    head = git("rev-parse", "HEAD")
+    return head + ("+dirty" if head and git("status", "--porcelain", "--untracked-files=no") else "")
 
 
 @dataclass(frozen=True)
@@ -133,6 +148,8 @@ def run_sweep(base: dict[str, object], specs: Sequence[RunSpec], experiment_dir:
     sweep. Outcomes in spec order."""
     for sub in (RUNS, CONFIGS, LOGS):
         (experiment_dir / sub).mkdir(parents=True, exist_ok=True)
+    code_version = commit()
+    lock = threading.Lock()
     resources = ["--num-clients", str(num_clients), "--client-cpus", str(client_cpus),
                  "--client-gpus", str(client_gpus), *([] if cpus is None else ["--cpus", str(cpus)]),
                  "--engine", engine]
@@ -159,6 +176,11 @@ def run_sweep(base: dict[str, object], specs: Sequence[RunSpec], experiment_dir:
             code = subprocess.call(command, stdout=log, stderr=subprocess.STDOUT, cwd=PROJECT_ROOT)
         seconds = time.perf_counter() - start
         ok = code == 0 and is_complete(run_dir, int(values["num-server-rounds"]))
+        with lock, open(experiment_dir / LEDGER_FILE, "a", encoding="utf-8") as ledger:
+            ledger.write(json.dumps({"run": spec.name, "status": "done" if ok else "failed",
+                                     "seconds": round(seconds, 1), "commit": code_version,
+                                     "resumed": bool(values["resume-from"]),
+                                     "command": shlex.join(command)}) + "\n")
         resumed = " (resumed)" if values["resume-from"] else ""
         echo(f"{tag}: {'done' if ok else f'FAILED (exit {code}), see logs/{spec.name}.log'}"
              f"{resumed} in {seconds:.0f} s")

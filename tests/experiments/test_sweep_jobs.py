@@ -115,3 +115,20 @@ def test_every_run_of_a_sweep_gets_its_engine(tmp_path, monkeypatch, engine):
     experiments.sweep.run_sweep(BASE, specs, tmp_path / "exp", 5, 1.0, 0.0, echo=lambda _: None,
                                 engine=engine)
     assert [c[c.index("--engine") + 1] for c in fake.commands] == [engine] * len(specs)
+
+
+def test_every_finished_run_is_on_the_ledger_with_its_commit_and_command(tmp_path, monkeypatch):
+    import json
+    import subprocess
+
+    fake = FakeRuns(seconds=0.0)
+    monkeypatch.setattr(experiments.sweep.subprocess, "call", fake)
+    specs = experiments.sweep.plan(["lntk", "random"], [0], [], "nsga2")
+    experiments.sweep.run_sweep(BASE, specs, tmp_path / "exp", 5, 1.0, 0.0, echo=lambda _: None)
+    ledger = (tmp_path / "exp" / experiments.sweep.LEDGER_FILE).read_text()
+    lines = [json.loads(line) for line in ledger.splitlines()]
+    head = subprocess.run(["git", "rev-parse", "HEAD"], cwd=experiments.sweep.PROJECT_ROOT,
+                          capture_output=True, text=True, check=True).stdout.strip()
+    assert sorted(line["run"] for line in lines) == ["lntk-s0", "random-s0"]
+    assert all(line["commit"].removesuffix("+dirty") == head and line["status"] == "done" for line in lines)
+    assert all("run_simulation.py --config" in line["command"] for line in lines)
