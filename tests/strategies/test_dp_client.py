@@ -72,7 +72,6 @@ def test_the_server_noise_per_array_has_std_z_clip_over_its_senders():
     assert np.array_equal(result["2:c"], base["2:c"])  # sent by no client: no noise, no change
 
 
-
 def test_two_server_runs_with_the_same_seed_add_fresh_client_level_noise_every_round():
     """The noise of DP-FedAvg is fresh: the server's aggregator for the default run with dp = 'client'
     (`server_app.app.aggregator_for`, the accountant as the server plans it for 10 sites) is built
