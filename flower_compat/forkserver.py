@@ -16,16 +16,21 @@ with it (``deploy.launch`` does this; a site adds it to its own PATH) gets its C
 2. The server imported Flower's ``flwr-clientapp`` entry point once. It reads a launcher's request
    (its stdin, stdout and stderr as file descriptors, arguments, environment, working directory,
    process group), says it is ready, and forks only once the launcher confirms; the child runs the
-   entry point as the executable would, in a process group of its own. The child's exit status is
-   the launcher's; signals sent to the launcher go to the child (once: a signal to the SuperNode's
-   group reaches the child through the launcher only). The server serves every launcher at once
-   from its one thread (`selectors`): a peer that sends nothing, or half a request, waits out its
-   30 s without holding up any other launcher.
-3. A child ends with those it serves: the kernel SIGKILLs it when the server ends
-   (``PR_SET_PDEATHSIG``, which watches the thread that forked it: the server's only one, so the
-   whole server), the server SIGKILLs its process group when its launcher's connection closes
-   first (a killed launcher), and every child's group once the SuperExec has ended (a zombie
-   counts as ended). A child's site worker joins the launcher's process group
+   entry point as the executable would, in a process group of its own (its guard's, see 3). The
+   child's exit status is the launcher's; signals sent to the launcher go to the child (once: a
+   signal to the SuperNode's group reaches the child through the launcher only). The server serves
+   every launcher at once from its one thread (`selectors`): a peer that sends nothing, or half a
+   request, waits out its 30 s without holding up any other launcher.
+3. A child ends with those it serves, and so does every process it started in its process group:
+   the kernel SIGKILLs the child when the server ends (``PR_SET_PDEATHSIG``, which watches the
+   thread that forked it: the server's only one, so the whole server); the server SIGKILLs the
+   child's group when the child ends, when its launcher's connection closes first (a killed
+   launcher), and once the SuperExec has ended (a zombie counts as ended). That group's leader is
+   the child's guard, forked by the server just before it: outside the SuperNode's group, holding
+   nothing of the server's and blocking every signal but SIGKILL, it SIGKILLs the group once the
+   server has ended (its own ``PR_SET_PDEATHSIG``), as the child's processes inherit none and a
+   SIGKILL to the SuperNode's group leaves no server or launcher to end them. A process that leaves
+   the group escapes it: a child's site worker joins the launcher's process group
    (``F3OCUS_CLIENTAPP_GROUP``, `launch_group`, see client_app/worker.py), so a signal to the
    SuperNode's group reaches it directly.
 4. The launcher runs the real ``flwr-clientapp`` itself wherever the server cannot serve before it
@@ -38,7 +43,7 @@ with it (``deploy.launch`` does this; a site adds it to its own PATH) gets its C
 The server accepts only peers of its own user and lives in the SuperNode's process group. It ignores
 the signals a launcher forwards (a signal to that group ends each child through its launcher, and
 the server then reports the child's status) and exits once its SuperExec has ended, or on SIGKILL
-(``deploy.launch`` sends one to the group after its grace time), its children with it. Forking
+(``deploy.launch`` sends one to the group after its grace time), its children's groups with it. Forking
 from its only Python thread is safe (numpy's OpenBLAS pool, started by Flower's imports, is
 fork-safe through OpenBLAS's own hooks). A child shares with its siblings only the modules imported
 before the fork, never an app's code: Flower loads the app from its bundle in every child. Python's
@@ -68,6 +73,7 @@ import sys
 import time
 from collections.abc import Callable, Sequence
 from pathlib import Path
+from typing import NoReturn
 
 THIS = Path(__file__).resolve()
 EXECUTABLE = "flwr-clientapp"
@@ -79,6 +85,7 @@ TIMEOUT = 30.0  # seconds a launcher waits for the server to be ready (its impor
 TICK, IDLE_TICK = 0.05, 0.5  # seconds between the server's looks for ended children and SuperExec
 MAX_REQUEST = 1 << 24  # bytes of a request (arguments, environment)
 PR_SET_PDEATHSIG = 1  # prctl(2)
+GUARD_SIGNAL = signal.SIGUSR1  # a guard's parent-death signal, blocked and waited for
 _SIZE, _INT = struct.Struct("!I"), struct.Struct("!i")
 _CRED = struct.Struct("3i")  # struct ucred: pid, uid, gid
 READY, GO, REFUSED = b"R", b"G", b"X"
@@ -365,6 +372,7 @@ class _Peer:
         self.data = b""
         self.request: dict | None = None
         self.child: int | None = None
+        self.guard: int | None = None  # the child's guard, the leader of its process group
         self.deadline = time.monotonic() + TIMEOUT  # to confirm its request
 
     def close(self) -> None:
@@ -389,6 +397,7 @@ class _Server:
         self.selector.register(listener, selectors.EVENT_READ)
         self.peers: set[_Peer] = set()
         self.children: dict[int, _Peer] = {}
+        self.guards: set[int] = set()  # those of ended children, until reaped
 
     def poll(self) -> list[_Peer]:
         """Wait up to `TICK` (`IDLE_TICK` without children) for launchers, answer them, drop those
@@ -410,6 +419,9 @@ class _Server:
             done, status = os.waitpid(pid, os.WNOHANG)
             if done:
                 self._ended(pid, status)
+        for pid in list(self.guards):
+            if os.waitpid(pid, os.WNOHANG)[0]:
+                self.guards.discard(pid)
         return confirmed
 
     def _accept(self) -> None:
@@ -477,54 +489,95 @@ class _Server:
         return True
 
     def fork(self, peer: _Peer) -> None:
-        """Fork `peer`'s child and send the launcher its pid. The child leaves through this call
-        with its entry point's `SystemExit`, so no handler of the server's may enclose it."""
+        """Fork `peer`'s guard, then its child into the guard's process group, and send the launcher
+        the child's pid. The child leaves through this call with its entry point's `SystemExit`, so
+        no handler of the server's may enclose it."""
         server = os.getpid()
         sys.stdout.flush()
         sys.stderr.flush()
+        guard = -1
         try:
+            guard = os.fork()
+            if guard == 0:
+                self._guard(server)
+            os.setpgid(guard, guard)  # before the child joins it
             pid = os.fork()
         except OSError:  # no child: the launcher may run the executable itself
+            if guard > 0:
+                os.kill(guard, signal.SIGKILL)
+                os.waitpid(guard, 0)
             with contextlib.suppress(OSError):
                 peer.conn.sendall(_INT.pack(-1))
             self._drop(peer)
             return
         if pid == 0:
             self._leave(peer, server)
-            _child(self.run, peer.fds, peer.request)  # type: ignore[arg-type]  # refused if a str
-        with contextlib.suppress(OSError):  # as the child does, so its group exists for `_abandon`
-            os.setpgid(pid, pid)
+            _child(self.run, peer.fds, peer.request, guard)  # type: ignore[arg-type]  # refused if a str
+        with contextlib.suppress(OSError):  # as the child does, so it is in the group `_abandon` ends
+            os.setpgid(pid, guard)
         for fd in peer.fds:
             os.close(fd)
-        peer.fds, peer.child = [], pid
+        peer.fds, peer.child, peer.guard = [], pid, guard
         self.children[pid] = peer
         with contextlib.suppress(OSError):
             peer.conn.sendall(_INT.pack(pid))
 
-    def _leave(self, peer: _Peer, server: int) -> None:
-        """In a child: close the server's sockets and the other launchers' streams; have the kernel
-        SIGKILL it when the server ends (a launcher's connection ends with the server too)."""
+    def _close_inherited(self, keep: _Peer | None) -> None:
+        """In a forked process: close the server's sockets and the launchers' connections and
+        streams, but `keep`'s streams."""
         self.selector.close()
         self.listener.close()
-        for other in self.peers:
-            if other is not peer:
-                other.close()
-        peer.conn.close()
-        if self.prctl(PR_SET_PDEATHSIG, int(signal.SIGKILL), 0, 0, 0) != 0:
+        for peer in self.peers:
+            if peer is keep:
+                peer.conn.close()
+            else:
+                peer.close()
+
+    def _set(self, option: int, value: int) -> None:
+        if self.prctl(option, value, 0, 0, 0) != 0:
             import ctypes
 
-            raise OSError(ctypes.get_errno(), "prctl(PR_SET_PDEATHSIG)")
+            raise OSError(ctypes.get_errno(), f"prctl({option}, {value})")
+
+    def _leave(self, peer: _Peer, server: int) -> None:
+        """In a child: close what the server holds but its launcher's streams; have the kernel
+        SIGKILL it when the server ends (a launcher's connection ends with the server too)."""
+        self._close_inherited(peer)
+        self._set(PR_SET_PDEATHSIG, int(signal.SIGKILL))
         if os.getppid() != server:  # the server ended before that took effect
             os.kill(os.getpid(), signal.SIGKILL)
 
+    def _guard(self, server: int) -> NoReturn:
+        """In a guard: lead a process group, hold nothing of the server's, take no signal but
+        SIGKILL, and once the server has ended, SIGKILL that group: the child and what it started."""
+        try:
+            os.setpgid(0, 0)  # first: a group signal from here must never reach the SuperNode's
+            self._close_inherited(None)
+            signal.pthread_sigmask(signal.SIG_BLOCK, signal.valid_signals())
+            signal.signal(GUARD_SIGNAL, signal.SIG_DFL)  # the server ignores it: it could be discarded
+            self._set(PR_SET_PDEATHSIG, int(GUARD_SIGNAL))  # blocked: `sigwait` takes it
+            while os.getppid() == server:
+                signal.sigwait({GUARD_SIGNAL})
+            os.killpg(os.getpid(), signal.SIGKILL)
+        finally:
+            os._exit(0)
+
+    def _end_group(self, peer: _Peer) -> None:
+        """SIGKILL `peer`'s child's process group: the child, its guard and what the child started."""
+        with contextlib.suppress(ProcessLookupError):
+            os.killpg(peer.guard, signal.SIGKILL)  # type: ignore[arg-type]  # set with the child
+
     def _abandon(self, peer: _Peer) -> None:
         """The launcher ended before its child (it was killed): end the child's process group."""
-        with contextlib.suppress(ProcessLookupError):
-            os.killpg(peer.child, signal.SIGKILL)  # type: ignore[arg-type]
+        self._end_group(peer)
         self._drop(peer)
 
     def _ended(self, pid: int, status: int) -> None:
+        """The child ended: end its process group, tell its launcher. Its guard is reaped from now
+        on, never before the child, so the group's id is not reused while the server may signal it."""
         peer = self.children.pop(pid)
+        self._end_group(peer)
+        self.guards.add(peer.guard)  # type: ignore[arg-type]  # set with the child
         if peer in self.peers:  # its launcher is still there
             with contextlib.suppress(OSError):
                 peer.conn.sendall(_INT.pack(os.waitstatus_to_exitcode(status)))
@@ -540,18 +593,19 @@ class _Server:
         """The SuperExec ended: end every child's process group, tell their launchers, stop."""
         self.selector.unregister(self.listener)
         self.listener.close()
-        for pid in self.children:
-            with contextlib.suppress(ProcessLookupError):
-                os.killpg(pid, signal.SIGKILL)
+        for peer in self.children.values():
+            self._end_group(peer)
         for pid in list(self.children):
             self._ended(pid, os.waitpid(pid, 0)[1])
+        for pid in self.guards:
+            os.waitpid(pid, 0)
         for peer in list(self.peers):
             self._drop(peer)
         self.selector.close()
 
 
-def _child(run: Callable[[], object], fds: list[int], request: dict) -> None:
-    os.setpgid(0, 0)  # signals reach it through its launcher, once
+def _child(run: Callable[[], object], fds: list[int], request: dict, group: int) -> None:
+    os.setpgid(0, group)  # signals reach it through its launcher, once; its guard ends the group
     for signum in FORWARDED:  # as in a new Python process
         signal.signal(signum, signal.default_int_handler if signum == signal.SIGINT else signal.SIG_DFL)
     for target, fd in enumerate(fds):  # received descriptors are >= 3: the server's 0-2 are open

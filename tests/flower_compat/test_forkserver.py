@@ -17,6 +17,7 @@ import struct
 import subprocess
 import sys
 import time
+from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
@@ -27,10 +28,15 @@ from tests.helpers.fork_group import ended, in_a_group
 pytestmark = pytest.mark.skipif(not sys.platform.startswith("linux"), reason="Linux only")
 
 ENTRY = '''
-import json, os, signal, sys, time
+import json, os, signal, subprocess, sys, time
 def main():
     if os.environ.get("MARK"):
         open(os.environ["MARK"], "w").close()
+    record = next((a.split("=", 1)[1] for a in sys.argv if a.startswith("--grandchild=")), None)
+    if record:  # a process of the app's own, as a subprocess or a multiprocessing worker is
+        with open(record, "w") as fh:
+            quiet = {"stdout": subprocess.DEVNULL, "stderr": subprocess.DEVNULL}  # so a reader sees EOF
+            fh.write(str(subprocess.Popen(["sleep", "300"], **quiet).pid))
     log = next((a.split("=", 1)[1] for a in sys.argv if a.startswith("--term-log=")), None)
     if log:
         signal.signal(signal.SIGTERM, lambda *_: open(log, "a").write("TERM\\n"))
@@ -176,6 +182,38 @@ def test_a_killed_supernode_group_ends_the_children(site):
     assert group.wait(timeout=30) == -signal.SIGKILL
     assert ended(child["ppid"], timeout=5)  # the server
     assert ended(child["pid"], timeout=5)
+
+
+@contextlib.contextmanager
+def grandchild(record: Path) -> Iterator[int]:
+    """The pid an app's own process wrote to `record`; SIGKILLed afterwards if a test left it."""
+    pid = int(record.read_text())
+    try:
+        yield pid
+    finally:
+        if forkserver.alive(pid):
+            os.kill(pid, signal.SIGKILL)
+
+
+def test_a_killed_supernode_group_ends_the_processes_the_children_started(site, tmp_path):
+    """A child's own processes do not inherit ``PR_SET_PDEATHSIG`` and outlive the server and the
+    launchers, killed at once: the child's guard, outside the SuperNode's group, ends them."""
+    launcher, env, args, _ = site
+    group, child = in_a_group(launcher, env, args, f"--grandchild={tmp_path / 'pid'}", "--sleep")
+    with grandchild(tmp_path / "pid") as pid:
+        os.killpg(group.pid, signal.SIGKILL)
+        assert group.wait(timeout=30) == -signal.SIGKILL
+        assert ended(child["pid"], timeout=5)
+        assert ended(pid, timeout=5), f"process {pid}, started by the killed child, still runs"
+
+
+def test_the_processes_a_child_started_end_with_it(site, tmp_path):
+    launcher, env, args, _ = site
+    served(launcher, env, args)
+    done = run(launcher, env, [*args, f"--grandchild={tmp_path / 'pid'}"])
+    with grandchild(tmp_path / "pid") as pid:
+        assert json.loads(done.stdout)["launch"] == "forked" and done.returncode == 0
+        assert ended(pid, timeout=5), f"process {pid}, started by the ended child, still runs"
 
 
 def test_the_server_and_its_children_end_with_their_superexec(site):
