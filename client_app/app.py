@@ -22,7 +22,7 @@ from client_app.runtime import ClientSetup, client_setup, load_global, reported_
 from client_app.worker import site_mod
 from methods.privacy import Budget
 from settings import ConfigError, RunConfig
-from strategies.records import IDENTITY, RUNTIME, from_record, runtime_record, to_record
+from strategies.records import IDENTITY, REGISTERED_SITE, RUNTIME, from_record, runtime_record, to_record
 from tasks.names import NO_SCORE
 
 # error_replies outermost: a setting the site cannot use is an error reply, wherever it ran;
@@ -34,9 +34,15 @@ app = ClientApp(mods=[error_replies, site_mod])
 def identify(msg: Message, context: Context) -> Message:
     """This client's stable identity (`client_app.node.NodeSettings.client_id`), asked once before
     the server first samples it: sampling, personal models and records are keyed by it, since
-    Flower's node ids are random under Ray and new after a SuperNode restarts. A bad node config is
-    refused here already."""
+    Flower's node ids are random under Ray and new after a SuperNode restarts. Where the server
+    names the site this node's key is registered as (``site-registry``), a node configured as
+    another site refuses in one line. A bad node config, or a run that asks for less privacy than
+    the site pins, is refused here already."""
     node = node_settings(context.node_config, RunConfig.from_mapping(context.run_config))
+    registered = msg.content["config"].get(REGISTERED_SITE) if "config" in msg.content else None
+    if registered is not None and registered != node.client_id:
+        raise ConfigError(f"this node's key is registered as site {registered or 'none'!r}, but its node "
+                          f"config says site = {node.client_id!r}: it answers for no other site")
     return Message(RecordDict({IDENTITY: ConfigRecord({"client": node.client_id})}), reply_to=msg)
 
 

@@ -26,7 +26,7 @@ from settings import (
 )
 from settings.config import check_dataset, check_device_name, parse_model_sizes
 from settings.local import FOLDER_DATASETS
-from strategies.records import CLIENT_ID
+from tasks.names import CLIENT_ID
 
 NODE = "node config"
 

@@ -15,7 +15,8 @@ from flower_compat import FlowerVersionError, check_version
 from methods.privacy.client import ClientAccountant
 from server_app.results import Recorder, load_checkpoint
 from settings import ConfigError, RunConfig, check_budgets, check_model_here
-from strategies import Aggregator, LayerSelectionStrategy, make_rule
+from settings.sites import read_registry, registry_of
+from strategies import Aggregator, LayerSelectionStrategy, NodesMissing, make_rule
 from strategies.records import State, to_record
 
 log = getLogger("flwr").log  # Flower's logger: its handlers reach the console and `flwr run --stream`
@@ -80,6 +81,11 @@ def plan_run(config: RunConfig) -> RunPlan:
     provenance = dict(model.provenance)
     del model
     check_budgets(config.budgets, len(layer_names))
+    if config.federation.site_registry:
+        try:
+            read_registry(config.federation.site_registry)
+        except ValueError as err:
+            raise ConfigError(str(err)) from None
     run_dir = run_directory(config)
     existing = next(p for p in (run_dir, *run_dir.parents) if p.exists())
     if not (existing.is_dir() and os.access(existing, os.W_OK | os.X_OK)):
@@ -161,6 +167,8 @@ def build_strategy(config: RunConfig, num_layers: int, recorder: Recorder,
         min_nodes=config.min_nodes,
         seed=config.seed,
         on_round_end=recorder.end_round,
+        registry=registry_of(config.federation.site_registry),
+        node_wait=config.federation.node_wait,
     )
 
 
@@ -186,8 +194,12 @@ def main(grid: Grid, context: Context) -> None:
     recorder.write_config({**config.to_dict(), "provenance": plan.provenance})
     log(INFO, "Results: %s (rounds %d..%d)", run_dir, plan.start_round, config.num_server_rounds)
     strategy = build_strategy(config, len(plan.layer_names), recorder, accountant)
-    strategy.start(grid, to_record(plan.initial), num_rounds=config.num_server_rounds,
-                   timeout=config.round_timeout, start_round=plan.start_round,
-                   personal=plan.personal)
+    try:
+        strategy.start(grid, to_record(plan.initial), num_rounds=config.num_server_rounds,
+                       timeout=config.round_timeout, start_round=plan.start_round,
+                       personal=plan.personal)
+    except NodesMissing as err:  # one line, as a bad setting is: the sites missing are named
+        log(ERROR, "The run stops: %s", err)
+        raise NodesMissing(f"the run stops: {err}") from None
     recorder.finish(strategy.global_state, stopped=strategy.stopped)
     log(INFO, "Final global adapters: %s", run_dir / "adapters.safetensors")

@@ -169,7 +169,7 @@ class Recorder:
                    ) -> None:
         """This round's adapter files under new names, then ``state.json`` naming them, then the
         files of earlier rounds are pruned (see the module doc: atomic as a set). ``personal`` is
-        keyed by client id (`strategies.records.CLIENT_ID`: safe in a file name)."""
+        keyed by client id (`tasks.names.CLIENT_ID`: safe in a file name)."""
         directory = self.run_dir / CHECKPOINT
         files = {"global": f"global-{server_round}.safetensors",
                  "clients": {client: f"client-{client}-{server_round}.safetensors"

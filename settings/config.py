@@ -26,7 +26,7 @@ from methods.base import Aggregation, MethodSettings, Selection, check_value
 from settings.budgets import parse_budgets
 from settings.errors import ConfigError
 from settings.privacy import PrivacySettings
-from settings.sections import EvaluationSettings, ScoringSettings, TrainingSettings
+from settings.sections import EvaluationSettings, FederationSettings, ScoringSettings, TrainingSettings
 from tasks.data import registry as data_registry
 from tasks.data.mixed import PREFIX as MIXED_PREFIX
 from tasks.data.mixed import parse_mixed
@@ -145,9 +145,10 @@ class RunConfig:
     @staticmethod
     def owners() -> tuple[type[MethodSettings], ...]:
         """Every settings class beside the run-wide keys: the methods' (`methods.owners`) and
-        differential privacy's (`settings.privacy`), local training's, scoring's and evaluation's
-        (`settings.sections`), each owning its keys."""
-        return (*methods.owners(), PrivacySettings, TrainingSettings, ScoringSettings, EvaluationSettings)
+        differential privacy's (`settings.privacy`), local training's, scoring's, evaluation's and
+        the federation's (`settings.sections`), each owning its keys."""
+        return (*methods.owners(), PrivacySettings, TrainingSettings, ScoringSettings, EvaluationSettings,
+                FederationSettings)
 
     @classmethod
     def keys(cls) -> tuple[str, ...]:
@@ -220,6 +221,11 @@ class RunConfig:
     def evaluation(self) -> EvaluationSettings:
         """How much clients evaluate each round (`settings.sections`)."""
         return self.settings_of(EvaluationSettings)
+
+    @property
+    def federation(self) -> FederationSettings:
+        """Who may speak for a site and how long the server waits for sites (`settings.sections`)."""
+        return self.settings_of(FederationSettings)
 
     @property
     def groups(self) -> list[int]:

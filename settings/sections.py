@@ -65,3 +65,16 @@ class EvaluationSettings(MethodSettings):
         """A round's evaluation questions: all of them in the last round, else the first
         ``eval-subset``."""
         return samples if last or not self.subset else samples[:self.subset]
+
+
+@dataclass(frozen=True)
+class FederationSettings(MethodSettings):
+    """Who may speak for a site, and how long the server waits for sites."""
+
+    site_registry: str = setting("", "site-registry",
+                                 help="JSON file {site: node id} written where each site's key is registered "
+                                      "(deploy.launch, deploy.register): a node speaks only for the site its "
+                                      "key is registered as; '' = the node's own word (simulation)")
+    node_wait: float = setting(600.0, "node-wait", low=0.0, strict_low=True,
+                               help="seconds the server waits for min-nodes identified sites before it stops "
+                                    "the run, naming the sites missing")

@@ -15,6 +15,7 @@ import lazy_loader
 __getattr__, __dir__, __all__ = lazy_loader.attach(__name__, submod_attrs={
     "aggregation": ["Aggregate", "Aggregator", "ClientUpdate"],
     "layer_selection": ["LayerSelectionStrategy", "RoundLog"],
+    "round.identity": ["NodesMissing"],
     "selection": ["SelectionRule", "make_rule"],
     "validation": ["LayerReport", "Rejected"],
 })

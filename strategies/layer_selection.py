@@ -7,7 +7,8 @@ phase, are in `strategies.round`. A run of N rounds is 2N + 2 message exchanges:
 0. before round 1, one ``query`` message per node asks who it is (`LayerSelectionStrategy.identify`:
    sampling, personal models and records are keyed by that client id, never by Flower's node id,
    which Ray draws at random), then one ``evaluate`` message per client (`client_app.app.evaluate`)
-   evaluates the initial adapters (recorded as round 0) and scores the layers for round 1;
+   evaluates the initial adapters (recorded as round 0) and scores the layers for round 1
+   (`strategies.round.identity`: who may speak for a site, how long the server waits for sites);
 1. the selection rule turns the scores and budgets of round r's clients into one mask per client
    (paper Eq. 21 for F3OCUS; all empty for ``none``);
 2. each client gets its own train message with its mask (`client_app.app.train` -> `tasks.train`)
@@ -59,8 +60,7 @@ class LayerSelectionStrategy(Clients, TrainPhase, ClosingPhase, Strategy):
     learning rate), ``common_config`` with every message; ``lr_schedule(round)`` gives the round's
     learning rate. ``aggregator`` may return per-client global models, sent to those clients
     instead of the shared one. ``accountant`` (``dp = "client"``) gives each round's ε and stops
-    the run before a round that would pass its cap.
-    """
+    the run before a round that would pass its cap; ``registry``, ``node_wait``: see step 0."""
 
     def __init__(
         self,
@@ -78,6 +78,8 @@ class LayerSelectionStrategy(Clients, TrainPhase, ClosingPhase, Strategy):
         seed: int = 0,
         on_round_end: Callable[[RoundLog, State, dict[str, State]], None] | None = None,
         accountant: ClientAccountant | None = None,
+        registry: Callable[[], dict[int, str]] | None = None,
+        node_wait: float = 600.0,
     ) -> None:
         self.rule = rule
         self.num_layers = num_layers
@@ -86,20 +88,19 @@ class LayerSelectionStrategy(Clients, TrainPhase, ClosingPhase, Strategy):
         self.lr_schedule = lr_schedule
         self.aggregator = aggregator
         self.fraction_train, self.fraction_evaluate = fraction_train, fraction_evaluate
-        self.min_nodes, self.seed = min_nodes, seed
-        self.on_round_end = on_round_end
-        self.accountant = accountant
+        self.min_nodes, self.seed, self.node_wait, self.registry = min_nodes, seed, node_wait, registry
+        self.on_round_end, self.accountant = on_round_end, accountant
         self.stopped: str | None = None  # why the run ended before its last round (privacy budget)
         self.global_state: State = {}
         self.personal: dict[str, State] = {}  # client id -> its own global model
-        self.clients: dict[int, str] = {}  # node id -> client id, learnt by `identify`
-        self.asked: dict[int, int] = {}  # node id -> the round it was last asked who it is
+        self.clients: dict[int, str] = {}  # node id -> client id (`identify`), last asked, last refusal
+        self.asked, self.refusals = dict[int, tuple[int, float]](), dict[int, str]()
         self.logged: set[tuple[int, str]] = set()  # (node, reason) pairs already logged
         self.budgets_seen: dict[int, int] = {}  # partition id -> budget last logged
         self.round_log = RoundLog(0, logged=self.logged)
         self.next_log = self.round_log  # the round the scores of the closing exchange are for
-        self.evaluated: set[int] = set()  # the closing exchange's two parts: who evaluates,
-        self.scored: set[int] = set()  # who reports scores and budget for the next round
+        # the closing exchange's two parts: who evaluates, who reports scores and budget for the next round
+        self.evaluated, self.scored = set[int](), set[int]()
         self.num_rounds, self.timeout = 0, None
 
     def start(  # type: ignore[override]

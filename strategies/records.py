@@ -30,7 +30,7 @@ STYPE = "safetensors"  # its serialisation type (Flower's ``Array.stype``)
 _ORDER = "order"  # safetensors metadata: the state's keys in their order (the buffer sorts them)
 RUNTIME = "runtime"  # ConfigRecord of an evaluate reply: the ClientApp's "flwr-version"
 IDENTITY = "identity"  # ConfigRecord of a query reply: the client's id, "client"
-CLIENT_ID = re.compile(r"[A-Za-z0-9._-]{1,64}")  # a client id: a site's name, safe in a file name
+REGISTERED_SITE = "registered-site"  # a query's config: the site the node's key is registered as
 
 
 def runtime_record() -> ConfigRecord:
@@ -118,3 +118,9 @@ def select_layers(state: Mapping[str, np.ndarray], layers: Iterable[int]) -> Sta
     """The entries of ``state`` that belong to the given layers."""
     wanted = set(layers)
     return {key: value for key, value in state.items() if layer_index(key) in wanted}
+
+
+def natural_key(client: str) -> tuple:
+    """Sort key of a client id with its digit runs compared as numbers (``partition-2`` before
+    ``partition-10``), so simulated clients keep partition order."""
+    return tuple(int(part) if part.isdigit() else part for part in re.split(r"(\d+)", client))

@@ -21,8 +21,8 @@ from flwr.app import ArrayRecord, Message, MetricRecord
 
 from flower_compat import flower_version, release_mismatch
 from strategies.aggregation import ClientUpdate
-from strategies.records import CLIENT_ID, IDENTITY, RUNTIME, State, from_record, layer_index
-from tasks.names import DP_SAT_OUT
+from strategies.records import IDENTITY, RUNTIME, State, from_record, layer_index
+from tasks.names import CLIENT_ID, DP_SAT_OUT
 
 SCORES_KEY = "scores"
 ARRAYS_KEY = "arrays"

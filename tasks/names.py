@@ -10,6 +10,7 @@ The model and data set names are the keys of their registries (`tasks.models.reg
 from __future__ import annotations
 
 import importlib
+import re
 from collections.abc import Callable, Iterable
 
 ADAPTERS: tuple[str, ...] = ("lora", "layer", "pq-lora")
@@ -31,6 +32,8 @@ that supports it, else float32); adapters are float32 whatever it is."""
 MODEL_SIZES: tuple[str, ...] = ("base", "large")
 """FedMosaic's two client sizes of one family (run setting ``model-sizes``); a registry entry lists
 the ones it builds (`tasks.models.registry.ModelEntry.sizes`)."""
+CLIENT_ID = re.compile(r"[A-Za-z0-9._-]{1,64}")
+"""A client id: a site's name (node config ``site``) or ``partition-<id>``; safe in a file name."""
 DP_SAT_OUT: str = "dp-sat-out"
 """Train- or scores-reply metric (1) of a ``dp = "sample"`` site that sits a round out or withholds
 its scores: one more release would pass its ``dp-epsilon`` (`methods.privacy.sample`)."""

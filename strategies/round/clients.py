@@ -6,13 +6,14 @@ from __future__ import annotations
 import random
 import time
 from collections.abc import Callable, Iterable, Sequence
-from logging import INFO, getLogger
+from logging import getLogger
 
-from flwr.app import ArrayRecord, ConfigRecord, Message, MessageType, RecordDict
+from flwr.app import ArrayRecord, ConfigRecord, Message, RecordDict
 from flwr.serverapp import Grid
 
 from strategies.records import State, layer_index, record_bytes, to_record
-from strategies.validation import ARRAYS_KEY, Rejected, check_identity, unique_by_node
+from strategies.round.identity import Identities
+from strategies.validation import ARRAYS_KEY, unique_by_node
 
 log = getLogger("flwr").log  # Flower's logger: its handlers reach the console and `flwr run --stream`
 
@@ -42,47 +43,8 @@ def exchange(grid: Grid, messages: Sequence[Message], timeout: float | None,
     return replies
 
 
-class Clients:
+class Clients(Identities):
     """`LayerSelectionStrategy`'s part that knows the clients and sends them an exchange."""
-
-    def identify(self, grid: Grid, nodes: Iterable[int]) -> None:
-        """Ask every connected node not yet known (at most once a round) for its client id (its
-        site name, else ``partition-<id>``): one ``query`` exchange, timed as "identifying". A
-        node claiming the id of another connected node is rejected; a reconnected site (new node
-        id, same id) takes its id, and so its personal model, over."""
-        nodes, server_round = list(nodes), self.round_log.server_round
-        unknown = [n for n in nodes if n not in self.clients and self.asked.get(n) != server_round]
-        if not unknown:
-            return
-        self.asked.update(dict.fromkeys(unknown, server_round))
-        messages = [self._message(n, MessageType.QUERY, {"server-round": server_round}, None)
-                    for n in unknown]
-        replies = self._send(grid, messages, "identifying",
-                             lambda node, reason: self.round_log.reject(node, "identify", reason))
-        held = {self.clients[n]: n for n in nodes if n in self.clients}
-        for msg in sorted(replies, key=lambda m: m.metadata.src_node_id):
-            node = msg.metadata.src_node_id
-            try:
-                client = check_identity(msg)
-                if client in held:
-                    raise Rejected(f"client id {client!r} is already node {held[client]}'s: give every "
-                                   "site its own node config site (or partition-id)")
-            except Rejected as err:
-                self.round_log.reject(node, "identify", str(err))
-                continue
-            self.clients[node] = held[client] = client
-
-    def client_ids(self, grid: Grid) -> dict[str, int]:
-        """Client id -> node id of every connected, identified node (at least ``min_nodes``,
-        waiting for them)."""
-        while True:
-            nodes = sorted(grid.get_node_ids())
-            self.identify(grid, nodes)
-            by_client = {self.clients[n]: n for n in nodes if n in self.clients}
-            if len(by_client) >= self.min_nodes:
-                return by_client
-            log(INFO, "Waiting for nodes: %d identified, %d needed", len(by_client), self.min_nodes)
-            time.sleep(1)
 
     def _sample(self, grid: Grid, fraction: float, server_round: int, salt: int) -> list[int]:
         """Seeded sample of connected clients, drawn by client id (so the same seed samples the
@@ -134,3 +96,4 @@ class Clients:
         shared = to_record(self.global_state)
         return {n: to_record(self.personal[c]) if (c := self.clients.get(n)) in self.personal else shared
                 for n in node_ids}
+

@@ -12,7 +12,7 @@ from flwr.app import ArrayRecord, ConfigRecord, Message, MessageType, MetricReco
 from flwr.serverapp import Grid
 
 from strategies.aggregation import ClientUpdate
-from strategies.records import from_record, record_bytes, to_record
+from strategies.records import from_record, natural_key, record_bytes, to_record
 from strategies.round.log import weighted_means
 from strategies.validation import ARRAYS_KEY, METRICS_KEY, LayerReport, Rejected, check_update, unique_by_node
 from tasks.names import DP_SAT_OUT
@@ -24,9 +24,10 @@ class TrainPhase:
     """`LayerSelectionStrategy`'s part that assigns layers, trains and aggregates."""
 
     def _record_reports(self, reports: list[LayerReport]) -> None:
-        """The validated reports of ``next_log``'s round, in partition order (seeded runs: the
-        same optimiser input each run)."""
-        reports.sort(key=lambda r: (r.partition_id, r.node_id))
+        """The validated reports of ``next_log``'s round in client-id order (`natural_key`: numbers
+        by value, so ``partition-2`` before ``partition-10``), whatever the node ids: the same
+        optimiser input each run of a seed, on every engine and after a restart."""
+        reports.sort(key=lambda r: natural_key(self.clients.get(r.node_id, "")))
         self.next_log.reports = {r.node_id: r for r in reports}
         self._log_budgets(self.next_log.server_round, reports)
 
