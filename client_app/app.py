@@ -17,7 +17,7 @@ import tasks
 from client_app.hooks import TrainStep, client_hook
 from client_app.node import node_settings
 from client_app.personal import append_ledger, load_ledger, save_personal
-from client_app.replies import check_mask, error_replies
+from client_app.replies import check_mask, error_replies, released_only
 from client_app.runtime import ClientSetup, client_setup, load_global, reported_budget, resolve_budget
 from client_app.worker import site_mod
 from methods.privacy import Budget
@@ -26,8 +26,9 @@ from strategies.records import IDENTITY, REGISTERED_SITE, RUNTIME, from_record, 
 from tasks.names import NO_SCORE
 
 # error_replies outermost: a setting the site cannot use is an error reply, wherever it ran;
+# released_only: every reply's metrics pass the privacy mode's allow-list before they leave the site;
 # site_mod: a deployed site's messages run in its warm worker (client_app.worker)
-app = ClientApp(mods=[error_replies, site_mod])
+app = ClientApp(mods=[error_replies, released_only, site_mod])
 
 
 @app.query()
@@ -89,10 +90,9 @@ def train(msg: Message, context: Context) -> Message:
              "partition-id": setup.partition_id}
     personal = tasks.get_personal_state(setup.model)
     if (rows := allowance.record(steps)) is not None:  # on the ledger before it leaves the site
-        allowance.report(append_ledger(context, rows, run_dir), reply)
+        allowance.report(append_ledger(context, rows, run_dir, setup.node.ledger), reply)
     upload, local = hook.finish(tasks.get_layer_state(setup.model, layers), personal, reply)
     upload = privacy.clip(upload, received, setup.config)
-    reply = privacy.release(reply, server_round)
     save_personal(context, personal, server_round, str(config["run-dir"]), local=local)
     arrays = to_record(upload)
     return Message(RecordDict({"arrays": arrays, "metrics": MetricRecord(reply)}), reply_to=msg)
@@ -110,7 +110,7 @@ def evaluate(msg: Message, context: Context) -> Message:
     would pass the site's budget."""
     setup = client_setup(context)
     config = msg.content["config"]
-    privacy, run_dir = setup.config.privacy.component, str(config["run-dir"])
+    run_dir = str(config["run-dir"])
     allowance = _allowance(setup, context, run_dir)  # a δ the site cannot honour: refused here
     server_round, scorer = int(config["server-round"]), str(config["score"])
     scoring = scorer != NO_SCORE  # the server asks this node for the next round's scores
@@ -140,24 +140,29 @@ def evaluate(msg: Message, context: Context) -> Message:
                 piece_size=setup.config.training.pass_size, clip=allowance.score_clip)  # a step's memory
         eigenvalues, rows = allowance.release_scores(eigenvalues)
         if rows is not None:  # on the ledger before it leaves the site
-            append_ledger(context, rows, run_dir)
+            append_ledger(context, rows, run_dir, setup.node.ledger)
         scores["eigenvalues"] = [float(v) for v in eigenvalues]
     scores.update({"budget": resolve_budget(setup, context) if layer_budget is None else layer_budget,
                    "num-examples": len(setup.partition.train), "partition-id": setup.partition_id,
                    "seconds": time.perf_counter() - start})
-    reply["scores"] = MetricRecord(privacy.release(scores, server_round))
+    reply["scores"] = MetricRecord(scores)
     return Message(reply, reply_to=msg)
 
 
 def _allowance(setup: ClientSetup, context: Context, run_dir: str) -> Budget:
-    """This site's privacy budget (`methods.privacy.Budget`) with its ledger; ConfigError for a
-    setting (``dp-delta``) the site cannot honour."""
+    """This site's privacy budget (`methods.privacy.Budget`) with its ledger, the one the site keeps
+    where its node config says (`client_app.node.ledger_file`: every run on its data adds to it)
+    and capped by the ε it pins; ConfigError for a δ the site cannot honour or passes its pin."""
     try:
-        component = setup.config.privacy.component
-        history = load_ledger(context, run_dir) if component.keeps_ledger else np.zeros((0, 3))
-        return component.budget(setup.config, len(setup.partition.train), history)
+        component, pin = setup.config.privacy.component, setup.node.pin
+        history = (load_ledger(context, run_dir, setup.node.ledger) if component.keeps_ledger
+                   else np.zeros((0, 3)))
+        budget = component.budget(setup.config, len(setup.partition.train), history, cap=pin.epsilon)
     except ValueError as err:
         raise ConfigError(str(err)) from None
+    if budget.plan is not None:
+        pin.check_delta(budget.plan.delta)
+    return budget
 
 
 def _evaluation(setup: ClientSetup, server_round: int) -> dict:

@@ -9,11 +9,14 @@ with the other nodes.
 
 from __future__ import annotations
 
+import hashlib
 import os
 from collections.abc import Mapping
-from dataclasses import dataclass
+from dataclasses import dataclass, field, fields
 from pathlib import Path
+from typing import ClassVar
 
+from methods.base import check_value
 from settings import (
     Budget,
     ConfigError,
@@ -26,9 +29,51 @@ from settings import (
 )
 from settings.config import check_dataset, check_device_name, parse_model_sizes
 from settings.local import FOLDER_DATASETS
+from settings.privacy import PrivacySettings
 from tasks.names import CLIENT_ID
 
 NODE = "node config"
+
+
+@dataclass(frozen=True)
+class PrivacyPin:
+    """What a site pins of its privacy in its node config (None: not pinned): ``dp`` (the mode),
+    ``dp-epsilon`` (its ε budget over every run on its data: its ledger's cap), ``dp-delta`` and
+    ``dp-clip`` (the most it accepts). A run config that asks for less privacy is refused here, on
+    the site, whatever the server sends."""
+
+    KEYS: ClassVar[dict[str, str]] = {"dp": "mode", "dp-epsilon": "epsilon", "dp-delta": "delta",
+                                      "dp-clip": "clip"}
+    mode: str | None = None
+    epsilon: float | None = None
+    delta: float | None = None
+    clip: float | None = None
+
+    @property
+    def pinned(self) -> bool:
+        return any(v is not None for v in (self.mode, self.epsilon, self.delta, self.clip))
+
+    def refusal(self, privacy: PrivacySettings) -> str:
+        """Why the run's ``dp-*`` settings ask for less privacy than pinned ("" where they do not);
+        δ is compared once the site knows its examples (`check_delta`)."""
+        if self.mode is not None and privacy.mode != self.mode:
+            return (f"node config dp = {self.mode!r} pins this site's privacy, but the run asks "
+                    f"dp = {privacy.mode!r}")
+        if privacy.mode == "none":
+            return ""
+        if self.epsilon is not None and privacy.epsilon > self.epsilon:
+            return (f"node config dp-epsilon = {self.epsilon:g} pins this site's budget, but the run asks "
+                    f"dp-epsilon = {privacy.epsilon:g}")
+        if self.clip is not None and privacy.clip > self.clip:
+            return (f"node config dp-clip = {self.clip:g} is this site's most, but the run asks "
+                    f"dp-clip = {privacy.clip:g}")
+        return ""
+
+    def check_delta(self, delta: float) -> None:
+        """ConfigError where the run's δ (resolved for this site's examples) passes the pinned one."""
+        if self.delta is not None and delta > self.delta:
+            raise ConfigError(f"node config dp-delta = {self.delta:g} is this site's most, but the run's "
+                              f"δ is {delta:.3g}: refused before training")
 
 
 @dataclass(frozen=True)
@@ -43,6 +88,8 @@ class NodeSettings:
     budget_source: str  # the setting the budget came from, for error messages
     model_size: str = "base"  # FedMosaic client model size: node config model-size, else model-sizes
     site: str = ""  # node config site: this site's name, its client id in a deployment
+    pin: PrivacyPin = field(default_factory=lambda: PrivacyPin())  # what this site pins of its privacy
+    ledger: Path | None = None  # where this site keeps its privacy ledger, where it says (`ledger_file`)
 
     @property
     def client_id(self) -> str:
@@ -82,13 +129,13 @@ def _dataset(node: Mapping, config: RunConfig) -> str:
     return dataset
 
 
-def check_state_dir(node: Mapping) -> None:
-    """``state-dir`` (where the client keeps its own head, `client_app.personal`) is a folder this
-    node can create and write."""
-    value = node.get("state-dir")
+def check_folder(node: Mapping, key: str = "state-dir") -> None:
+    """Node config ``key`` (``state-dir``: where the client keeps its own head, `client_app.personal`;
+    ``privacy-dir``: its privacy ledger) is a folder this node can create and write."""
+    value = node.get(key)
     if value is None or value == "":
         return
-    where = f"{NODE} state-dir = {value!r}"
+    where = f"{NODE} {key} = {value!r}"
     if not isinstance(value, str):
         raise ConfigError(f"{where} must be a folder path")
     try:
@@ -107,6 +154,44 @@ def _site(node: Mapping) -> str:
     return site
 
 
+def _pin(node: Mapping) -> PrivacyPin:
+    """The ``dp-*`` keys this node config pins (`PrivacyPin`), each checked as its run-config key is
+    (`settings.privacy.PrivacySettings`'s declaration)."""
+    values = {}
+    for f in fields(PrivacySettings):
+        key = f.metadata["key"]
+        if key in PrivacyPin.KEYS and key in node:
+            meta = f.metadata
+            try:
+                kind = f.type if isinstance(f.type, str) else f.type.__name__
+                values[PrivacyPin.KEYS[key]] = check_value(key, node[key], kind, meta["choices"],
+                                                           meta["low"], meta["high"], meta["strict_low"])
+            except ValueError as err:
+                raise ConfigError(f"{NODE} {err}") from None
+    return PrivacyPin(**values)
+
+
+def ledger_file(node: Mapping, dataset: str, pid: int, num: int, pin: PrivacyPin) -> Path | None:
+    """Where this site keeps its privacy ledger, one file per data set it trains on (its name with
+    this node's share of it): ``<privacy-dir>/``, else ``<state-dir>/privacy/``; None where the node
+    says neither (a simulation: the run's folder keeps it, `client_app.personal`). A site that pins
+    its privacy must say where, and which data its ε counts against (node config ``dataset`` or
+    ``data-dir``), so that nothing the server sends can open a fresh ledger."""
+    state = node.get("state-dir")
+    folder = node.get("privacy-dir") or (Path(str(state)) / "privacy" if state else None)
+    if pin.pinned and folder is None:
+        raise ConfigError(f"{NODE} pins this site's privacy, so its ledger must live on the site: set {NODE} "
+                          "privacy-dir (or state-dir)")
+    if pin.pinned and not {"dataset", "data-dir"} & set(node):
+        raise ConfigError(f"{NODE} pins this site's privacy: pin the data its ε counts against too ({NODE} "
+                          "dataset or data-dir)")
+    if folder is None:
+        return None
+    check_folder(node, "privacy-dir")
+    key = hashlib.sha256(f"{dataset}|{pid}|{num}".encode()).hexdigest()[:12]
+    return Path(str(folder)) / f"dp-ledger-{key}.safetensors"
+
+
 def node_settings(node: Mapping, config: RunConfig) -> NodeSettings:
     """Check and merge this node's config with the run config (node config wins)."""
     pid = _int(node, "partition-id", 0, 0)
@@ -120,14 +205,18 @@ def node_settings(node: Mapping, config: RunConfig) -> NodeSettings:
         raise ConfigError(f"{device_key} = {device!r} must be a string")
     check_device_name(device, key=device_key)
     resolved = check_device_here(device, key=device_key)
-    check_state_dir(node)
+    check_folder(node)
     if "layer-budget" in node:
         source = f"{NODE} layer-budget"
         budget: Budget | None = parse_budget(node["layer-budget"], source)
     else:
         source, budget = "budgets", budget_of(parse_budgets(config.budgets), pid)
+    pin = _pin(node)
+    refusal = pin.refusal(config.privacy)
+    if refusal:
+        raise ConfigError(f"{refusal}: refused before training")
     return NodeSettings(pid, num, dataset, resolved, budget, source, _model_size(node, config, pid),
-                        _site(node))
+                        _site(node), pin, ledger_file(node, dataset, pid, num, pin))
 
 
 def _model_size(node: Mapping, config: RunConfig, pid: int) -> str:

@@ -15,9 +15,12 @@ therefore repeats round r from the round r-1 head, exactly as the first time, in
 an already-trained head again. Writes go to a temporary file first and are then renamed, so a crash
 never leaves a torn file.
 
-A ``dp = "sample"`` site's ledger of privacy releases (`methods.privacy.sample`) is kept beside
-them, one file (``dp-ledger.safetensors``, or a ``context.state`` entry) that only grows: a release
-that happened is never taken back, so a repeated round or a re-scored round counts again.
+A ``dp = "sample"`` site's ledger of privacy releases (`methods.privacy.sample`) is one file that only
+grows: a release that happened is never taken back, so a repeated round or a re-scored round counts
+again. A site keeps it where its node config says (``privacy-dir``, else ``state-dir``/privacy, one
+file per data set: `client_app.node.ledger_file`), so every run on its data adds to the same ε,
+whatever run folder the server names; a simulation without either keeps it beside the heads
+(``dp-ledger.safetensors``, or a ``context.state`` entry).
 
 The same file may carry the client's own LoRA adapters (FedPIA's client-level PIA, `methods.fedpia.client`)
 under keys prefixed ``LOCAL``: `load_personal` leaves them out, `load_local_adapters` returns them.
@@ -111,10 +114,14 @@ def _stale(stored: dict[int, str], server_round: int) -> list[str]:
     return [name for r, name in stored.items() if r not in kept]
 
 
-def load_ledger(context: Context, run_dir: str = "") -> np.ndarray:
-    """The site's privacy ledger (rows σ, q, count; `tasks.privacy.HISTORY_COLUMNS`), empty if none.
-    A run checkpointed before the ledger existed kept its history in the personal state
-    (``dp-history``); that history is read instead, so a resumed run goes on counting from it."""
+def load_ledger(context: Context, run_dir: str = "", site: Path | None = None) -> np.ndarray:
+    """The site's privacy ledger (rows σ, q, count; `tasks.privacy.HISTORY_COLUMNS`), empty if none:
+    the file ``site`` where the site's node config says where (`client_app.node.ledger_file`), else
+    the one of this run (simulation). A run checkpointed before the ledger existed kept its history
+    in the personal state (``dp-history``); that history is read instead, so a resumed run goes on
+    counting from it."""
+    if site is not None:
+        return _read_ledger(site) if site.exists() else np.zeros((0, 3))
     folder = _state_dir(context, run_dir)
     if folder is None:
         stored = from_record(context.state[LEDGER]) if LEDGER in context.state.array_records else None
@@ -126,20 +133,29 @@ def load_ledger(context: Context, run_dir: str = "") -> np.ndarray:
     return np.asarray(stored["history"], np.float64).reshape(-1, 3)
 
 
-def append_ledger(context: Context, rows: np.ndarray, run_dir: str = "") -> np.ndarray:
-    """Append ``rows`` to the site's ledger and return the whole ledger. The file is re-read under
-    an exclusive lock, so two messages of one site that overlap (one process per message, or a
-    reply the server gave up on) both land; written to a temporary file, then renamed."""
-    folder = _state_dir(context, run_dir)
-    if folder is None:
-        history = np.vstack([load_ledger(context, run_dir), rows])
-        context.state[LEDGER] = to_record({"history": history})
-        return history
-    folder.mkdir(parents=True, exist_ok=True)
-    with open(folder / f"{LEDGER}.lock", "w") as lock:
-        fcntl.flock(lock, fcntl.LOCK_EX)
-        history = np.ascontiguousarray(np.vstack([load_ledger(context, run_dir), rows]), dtype=np.float64)
+def _read_ledger(path: Path) -> np.ndarray:
+    return np.asarray(load_file(path)["history"], np.float64).reshape(-1, 3)
+
+
+def append_ledger(context: Context, rows: np.ndarray, run_dir: str = "", site: Path | None = None
+                  ) -> np.ndarray:
+    """Append ``rows`` to the site's ledger (`load_ledger`: ``site``, else this run's) and return the
+    whole ledger. The file is re-read under an exclusive lock, so two messages of one site that
+    overlap (one process per message, or a reply the server gave up on) both land; written to a
+    temporary file, then renamed."""
+    path = site
+    if path is None:
+        folder = _state_dir(context, run_dir)
+        if folder is None:
+            history = np.vstack([load_ledger(context, run_dir), rows])
+            context.state[LEDGER] = to_record({"history": history})
+            return history
         path = folder / f"{LEDGER}.safetensors"
+    path.parent.mkdir(parents=True, exist_ok=True)
+    with open(path.with_suffix(".lock"), "w") as lock:
+        fcntl.flock(lock, fcntl.LOCK_EX)
+        before = load_ledger(context, run_dir, site)
+        history = np.ascontiguousarray(np.vstack([before, rows]), dtype=np.float64)
         tmp = path.with_suffix(".tmp")
         save_file({"history": history}, tmp)
         os.replace(tmp, path)

@@ -1,7 +1,8 @@
 """Error replies: a client that cannot or will not serve a message says why in one line.
 
 Flower's Message API lets a ClientApp answer with ``Message(Error(code, reason), reply_to=msg)``.
-The mod `error_replies` does so for a setting this node cannot use (`settings.ConfigError`, e.g.
+`released_only` passes every reply's metrics through the privacy mode's allow-list. The mod
+`error_replies` answers with an error reply for a setting this node cannot use (`settings.ConfigError`, e.g.
 ``node config device = 'tpu'``) and for a request it refuses (`Refused`, e.g. a train mask over its
 budget), instead of letting the exception reach Flower's runtime, which logs a traceback for every
 message. The server logs the reason once per node and goes on with the other nodes
@@ -13,10 +14,10 @@ from __future__ import annotations
 from collections.abc import Callable, Sequence
 from logging import WARNING, getLogger
 
-from flwr.app import Context, Error, Message
+from flwr.app import Context, Error, Message, MetricRecord
 
 from flower_compat import client_app_error_code
-from settings import ConfigError
+from settings import ConfigError, RunConfig
 
 log = getLogger("flwr").log  # Flower's logger: its handlers reach the console and `flwr run --stream`
 
@@ -40,6 +41,21 @@ def error_replies(msg: Message, context: Context, call_next: Callable[[Message, 
             log(WARNING, "node %d refuses %s messages: %s", context.node_id,
                 msg.metadata.message_type, reason)
         return Message(Error(code=client_app_error_code(), reason=reason), reply_to=msg)
+
+
+def released_only(msg: Message, context: Context, call_next: Callable[[Message, Context], Message]
+                  ) -> Message:
+    """Flower mod: every metric record of every reply (train, evaluate, scores, a round sat out)
+    passes the privacy mode's one allow-list (`methods.privacy.base.Privacy.allows`); what it does
+    not allow is logged here and never leaves the site."""
+    reply = call_next(msg, context)
+    if reply.has_error():
+        return reply
+    privacy = RunConfig.from_mapping(context.run_config).privacy.component
+    server_round = int(msg.content["config"].get("server-round", 0)) if "config" in msg.content else 0
+    for name, record in list(reply.content.metric_records.items()):
+        reply.content[name] = MetricRecord(privacy.release(dict(record), server_round))
+    return reply
 
 
 def check_mask(mask: object, num_layers: int, budget: int, *, heads_only: bool = False) -> list[int]:

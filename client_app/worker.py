@@ -56,7 +56,7 @@ from pathlib import Path
 
 from flwr.app import Context, Message
 
-from client_app.node import check_state_dir
+from client_app.node import check_folder
 from flower_compat import set_task_identity, task_identity
 from flower_compat.forkserver import (
     LAUNCH_ENV,
@@ -104,7 +104,7 @@ def site_mod(msg: Message, context: Context, call_next: Callable[[Message, Conte
         return call_next(msg, context)
     if _IN_WORKER:
         return _run_here(msg, context, call_next)
-    check_state_dir(context.node_config)  # the worker's key and socket lock live there
+    check_folder(context.node_config)  # the worker's key and socket lock live there
     if worker_idle(context) == 0:
         import torch
 

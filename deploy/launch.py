@@ -9,8 +9,9 @@ deploy/README.md), with every address on 127.0.0.1:
    per SuperNode;
 2. ``flower-superlink`` with ``--ssl-*`` and ``--enable-supernode-auth``;
 3. registration of every node's public key (only registered keys may connect): what
-   ``flwr supernode register <node>.pub`` does, through Flower's Control API client in this
-   process (`Control`);
+   ``flwr supernode register <node>.pub`` does, through the ``flwr`` CLI, each node id it is given
+   recorded as that node's site in ``<workdir>/sites.json`` (`settings.sites`), which every run
+   gets as ``site-registry``: a node speaks only for the site its key is registered as;
 4. one ``flower-supernode`` per node with its own ``--node-config`` (layer-budget, dataset or
    data-dir, partition-id/num-partitions, device, state-dir), ``--root-certificates`` and
    ``--auth-supernode-private-key``;
@@ -50,6 +51,7 @@ from deploy.make_certs import Credentials, make_credentials
 from flower_compat import FlowerVersionError, check_version, release_mismatch, supported
 from flower_compat.forkserver import without_launchers, write_launcher
 from settings.local import available_cores
+from settings.sites import register_site
 
 PROJECT_ROOT = Path(__file__).resolve().parent.parent
 CONNECTION = "f3ocus-local"
@@ -303,13 +305,22 @@ class Federation:
             f'[superlink]\ndefault = "{CONNECTION}"\n\n[superlink.{CONNECTION}]\n'
             f'address = "{HOST}:{self.port}"\nroot-certificates = "{creds.ca_cert}"\n')
 
-    def register(self, name: str) -> int:
-        """Register ``keys/<name>.pub`` (``flwr supernode register``); returns the node id it is given."""
+    @property
+    def registry(self) -> Path:
+        """The site registry (`settings.sites`): which site each registered key speaks for."""
+        return self.workdir / "sites.json"
+
+    def register(self, name: str, site: str | None = None) -> int:
+        """Register ``keys/<name>.pub`` (``flwr supernode register``) and record the node id it is
+        given as ``site`` (default: the node's configured ``site``, else ``name``) in `registry`;
+        returns the node id."""
         public = self.credentials().node_keys[name][1]
         try:
             self.node_ids[name] = int(self.flwr_json("supernode", "register", str(public))["node-id"])
         except (RuntimeError, KeyError, ValueError, subprocess.TimeoutExpired) as err:
             raise LaunchError(f"registering {name} ({public}) failed: {err}") from err
+        configured = next((str(n.config.get("site", n.name)) for n in self.nodes if n.name == name), name)
+        register_site(self.registry, site or configured, self.node_ids[name])
         return self.node_ids[name]
 
     def online_nodes(self) -> set[int]:
@@ -367,16 +378,16 @@ class Federation:
 
     # ------------------------------------------------------------------ runs
     def run(self, run_config: str = "", timeout: float | None = None, echo: bool = False) -> RunResult:
-        """``flwr run <app> <connection> --stream``; then the run's final status from the SuperLink.
+        """``flwr run <app> <connection> --stream`` with the federation's site registry (unless the
+        run config names one); then the run's final status from the SuperLink.
 
         ``flwr run --stream`` only shows the log and exits 0 even when the run failed, so the
         outcome is read with ``flwr list``; if the CLI dies early, the run goes on and is waited
         for. On ``timeout`` the run is stopped (``flwr stop``) and reported as ``"timeout"``.
         """
         deadline = None if timeout is None else time.monotonic() + timeout
-        command = ["flwr", "run", str(self.app_dir), CONNECTION, "--stream"]
-        if run_config:
-            command += ["--run-config", run_config]
+        command = ["flwr", "run", str(self.app_dir), CONNECTION, "--stream", "--run-config",
+                   with_registry(run_config, self.registry)]
         proc = self.spawn("flwr-run", command, self.cli_home, pipe=True)
         lines: list[str] = []
 
@@ -521,6 +532,14 @@ def with_node_budgets(run_config: str, nodes: Sequence[Node]) -> str:
     if re.search(r"(^|\s)budgets\s*=", run_config) or None in budgets:
         return run_config
     return f"budgets='{','.join(str(b) for b in budgets)}' {run_config}".strip()
+
+
+def with_registry(run_config: str, registry: Path) -> str:
+    """Add ``site-registry`` (the federation's, where its sites' keys were registered) unless the
+    run config sets it: a node then speaks only for the site its key is registered as."""
+    if re.search(r"(^|\s)site-registry\s*=", run_config):
+        return run_config
+    return f"site-registry={json.dumps(str(registry))} {run_config}".strip()
 
 
 def main(argv: list[str] | None = None) -> int:

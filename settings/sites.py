@@ -51,15 +51,16 @@ def registry_of(path: str) -> Callable[[], dict[int, str]] | None:
 
 
 def register_site(path: str | Path, site: str, node: int) -> None:
-    """Add ``site`` -> ``node`` to the registry file at ``path`` (created if missing), refusing a
-    site or node id that is already there under another pairing; written to a temporary file, then
-    renamed."""
+    """Record that ``node`` (the id a site's key was registered under) speaks for ``site`` in the
+    registry file at ``path`` (created if missing). A site registered again (a new key) gets the new
+    id; a node id another site holds is refused (ValueError naming both). Written to a temporary
+    file, checked, then renamed."""
     path = Path(path)
     sites = json.loads(path.read_text()) if path.exists() else {}
-    taken = {v: k for k, v in sites.items()}
-    if sites.get(site, node) != node or taken.get(node, site) != site:
-        raise ValueError(f"{KEY} = {str(path)!r}: site {site!r} or node id {node} is already registered "
-                         f"as {site!r} -> {sites.get(site)} / node {node} -> {taken.get(node)!r}")
+    holder = next((other for other, held in sites.items() if held == node and other != site), None)
+    if holder is not None:
+        raise ValueError(f"{KEY} = {str(path)!r}: node id {node} is already registered as site {holder!r}, "
+                         f"not {site!r}")
     sites[site] = node
     tmp = path.with_name(path.name + ".tmp")
     tmp.write_text(json.dumps(sites, indent=2) + "\n")

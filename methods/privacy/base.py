@@ -52,12 +52,27 @@ class Budget:
         return eigenvalues, None
 
 
+EVALUATED = frozenset({"accuracy", "loss", "exact-match", "f1_micro", "f1_macro", "majority-accuracy",
+                       "num-examples", "partition-id", "model-size"})
+"""What an evaluation on the site's test questions reports (`client_app.app`), released under every
+mode: the test questions are not training examples, so no ε covers or needs to cover them (README,
+threat model); a training loss is not among them."""
+EVALUATED_PREFIXES = ("accuracy-", "exact-match-", "others-")
+"""Evaluation metrics per question type, and on the other sites' test questions (FedMosaic's Others)."""
+
+
 class Privacy:
     """``dp = "none"``: the component every mode extends; each hook does nothing here."""
 
     name = "none"
     released: frozenset[str] | None = None
-    """Metrics a train or scores reply may carry (None: all); the rest stays on the site."""
+    """Metrics a train or scores reply may carry besides `EVALUATED` (None: all); the rest stays on
+    the site. One allow-list for every reply (`client_app.replies.released_only`)."""
+
+    def allows(self, key: str) -> bool:
+        """May a reply carry metric ``key``?"""
+        return (self.released is None or key in self.released or key in EVALUATED
+                or key.startswith(EVALUATED_PREFIXES))
     keeps_ledger = False
     """Does a site account its own releases (its ledger, read for `budget`)?"""
 
@@ -79,8 +94,9 @@ class Privacy:
         """One line the server logs before round 1 about what this run's ε leaves out ("" = nothing)."""
         return ""
 
-    def budget(self, config: Any, n: int, history: np.ndarray) -> Budget:
-        """A client's budget with its ``n`` training examples and the ``history`` it has stored."""
+    def budget(self, config: Any, n: int, history: np.ndarray, cap: float | None = None) -> Budget:
+        """A client's budget with its ``n`` training examples and the ``history`` it has stored;
+        ``cap``: the ε the site pins over its whole history (None: the run's ``dp-epsilon``)."""
         return Budget()
 
     def clip(self, upload: dict[str, np.ndarray], received: dict[str, np.ndarray], config: Any
@@ -89,14 +105,12 @@ class Privacy:
         return upload
 
     def release(self, metrics: dict, server_round: int) -> dict:
-        """The part of a client's reply metrics in `released`; the rest is logged here, on the site."""
-        if self.released is None:
-            return metrics
-        held = {k: v for k, v in metrics.items() if k not in self.released}
+        """The part of a client's reply metrics it `allows`; the rest is logged here, on the site."""
+        held = {k: v for k, v in metrics.items() if not self.allows(k)}
         if held:
             shown = (f"{k} {v:.6g}" if isinstance(v, float) else f"{k} {v}" for k, v in sorted(held.items()))
             log(INFO, "round %d: kept on this site (outside ε): %s", server_round, ", ".join(shown))
-        return {k: v for k, v in metrics.items() if k in self.released}
+        return {k: v for k, v in metrics.items() if k not in held}
 
 
 MODES: dict[str, Privacy] = {}

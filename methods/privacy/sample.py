@@ -62,6 +62,9 @@ class SampleBudget(Budget):
     """A site's DP-SGD plan and the history of its releases (its ledger), as one message sees them."""
 
     history: np.ndarray = field(default_factory=lambda: np.zeros((0, 3)))
+    cap: float = 0.0
+    """The most ε the history may reach: the site's pinned ``dp-epsilon`` over every run on its data,
+    else the run's (`SamplePrivacy.budget`)."""
 
     @property
     def score_clip(self) -> float:
@@ -75,10 +78,10 @@ class SampleBudget(Budget):
 
     def _refusal(self, rows: np.ndarray) -> dict[str, float] | None:
         reached = epsilon_spent(self._after(rows), self.plan.delta)
-        if reached <= self.plan.epsilon:
+        if reached <= self.cap:
             return None
         return {DP_SAT_OUT: 1, EPSILON: epsilon_spent(self.history, self.plan.delta),
-                "dp-epsilon-next": reached, "dp-budget": self.plan.epsilon}
+                "dp-epsilon-next": reached, "dp-budget": self.cap}
 
     def sit_out(self, steps: int) -> dict[str, float] | None:
         return self._refusal(self._train_row(steps))
@@ -154,8 +157,8 @@ class SamplePrivacy(Privacy):
                     rounds * config.training.local_steps, releases, privacy.score_share,
                     config.scoring.batch_size)
 
-    def budget(self, config: Any, n: int, history: np.ndarray) -> SampleBudget:
+    def budget(self, config: Any, n: int, history: np.ndarray, cap: float | None = None) -> SampleBudget:
         resolve_delta(config.privacy.delta, n)
         sample_plan = self.plan(config, n)
-        return SampleBudget(sample_plan, history)
+        return SampleBudget(sample_plan, history, sample_plan.epsilon if cap is None else cap)
 

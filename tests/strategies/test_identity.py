@@ -188,8 +188,10 @@ def test_the_registry_file_is_read_and_a_bad_one_is_one_line(tmp_path):
     register_site(path, "site-0", 100)
     register_site(path, "site-1", 101)
     assert read_registry(path) == {100: "site-0", 101: "site-1"}
-    with pytest.raises(ValueError, match="already registered"):
+    with pytest.raises(ValueError, match="node id 100 is already registered as site 'site-0', not 'site-2'"):
         register_site(path, "site-2", 100)
+    register_site(path, "site-1", 102)  # site-1's key registered again
+    assert read_registry(path) == {100: "site-0", 102: "site-1"}
     path.write_text(json.dumps({"site-0": 100, "site-1": 100}))
     with pytest.raises(ValueError, match="node id 100 is registered as both 'site-0' and 'site-1'"):
         read_registry(path)
