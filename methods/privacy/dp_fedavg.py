@@ -11,8 +11,9 @@ standard deviation z·C to its sum over the n_k clients that sent it, i.e. z·C/
 Why per array: with masks (paper Eq. 5) each layer is averaged over its own clients, so one client's
 clipped update moves the concatenated vector of sums by at most C in L2 norm whichever arrays it
 sent; independent N(0, (zC)²) on every coordinate of every sent array's sum is therefore the Gaussian
-mechanism with noise multiplier z on that vector (sensitivity C under adding or removing one site),
-whatever n_k is; only the noise relative to the mean differs per array. Arrays no client sent are
+mechanism with noise multiplier z on that vector (sensitivity C when one site's update is replaced
+by zeros: zero-out DP, participation public, as README's threat model says), whatever n_k is; only
+the noise relative to the mean differs per array. Arrays no client sent are
 not released this round and get no noise.
 
 Where this deviates from masked FedAvg (Eq. 1/5): weights are uniform, not by example count, since
