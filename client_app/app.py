@@ -23,6 +23,7 @@ from client_app.worker import site_mod
 from methods.privacy import Budget
 from settings import ConfigError, RunConfig
 from strategies.records import IDENTITY, REGISTERED_SITE, RUNTIME, from_record, runtime_record, to_record
+from tasks.lntk_pieces import TrainingStep
 from tasks.names import NO_SCORE
 
 # error_replies outermost: a setting the site cannot use is an error reply, wherever it ran;
@@ -120,8 +121,9 @@ def evaluate(msg: Message, context: Context) -> Message:
                     before=server_round + 1)
     if config["evaluate"]:
         reply["metrics"] = MetricRecord(_evaluation(setup, server_round))
-    # a private release measures the layer budget first (afterwards free memory tells of its batch)
-    layer_budget = resolve_budget(setup, context) if allowance.score_clip is not None else None
+    # the budget is measured before scoring: its pieces are sized by it, and afterwards free memory
+    # would tell of a private release's batch
+    layer_budget = resolve_budget(setup, context)
     refused = allowance.scores_refused() if scoring else None
     start = time.perf_counter()
     scores: dict = {}
@@ -135,14 +137,15 @@ def evaluate(msg: Message, context: Context) -> Message:
                                         + setup.partition_id)
         eigenvalues = np.zeros(len(setup.model.layer_names))
         if batch:
-            eigenvalues = tasks.score_layers(
-                setup.model, batch, scorer=scorer, mode=str(config["score-mode"]),
-                piece_size=setup.config.training.pass_size, clip=allowance.score_clip)  # a step's memory
+            step = TrainingStep(setup.config.training.pass_size, layer_budget)  # within a step's memory
+            eigenvalues = tasks.score_layers(setup.model, batch, scorer=scorer,
+                                             mode=str(config["score-mode"]), step=step,
+                                             clip=allowance.score_clip)
         eigenvalues, rows = allowance.release_scores(eigenvalues)
         if rows is not None:  # on the ledger before it leaves the site
             append_ledger(context, rows, run_dir, setup.node.ledger)
         scores["eigenvalues"] = [float(v) for v in eigenvalues]
-    scores.update({"budget": resolve_budget(setup, context) if layer_budget is None else layer_budget,
+    scores.update({"budget": layer_budget,
                    "num-examples": len(setup.partition.train), "partition-id": setup.partition_id,
                    "seconds": time.perf_counter() - start})
     reply["scores"] = MetricRecord(scores)

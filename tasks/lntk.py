@@ -63,8 +63,16 @@ from torch import nn
 from torch.func import functional_call, grad, jacrev, vmap
 
 from tasks.adapters import layer_parameter_names
-from tasks.lntk_hooks import NotHookable, Piece, hook_sites, hooked_grams
-from tasks.lntk_pieces import checkpointed, piece_bounds, piece_inputs
+from tasks.lntk_hooks import NotHookable, Piece, forward_kept, hook_sites, hooked_grams
+from tasks.lntk_pieces import (
+    TrainingStep,
+    checkpointed,
+    kept_bytes,
+    memory_piece,
+    piece_bounds,
+    piece_inputs,
+    training_kept,
+)
 from tasks.models.base import FederatedVLM
 from tasks.models.generative import split_inputs
 from tasks.names import SCORE_MODES
@@ -83,12 +91,15 @@ class LayerScores:
     eigenvalues: np.ndarray  # (L,) principal eigenvalue λ1 of Θ^l = J^l J^lT
     scores: np.ndarray  # (L,) S^l = λ1^l / Σ_k λ1^k (uniform if all zero)
     seconds: float
+    piece_size: int = 0  # the most samples one forward and backward pass held (0: mode "paper")
 
 
 def layer_scores(model: FederatedVLM, samples: Sequence[Sample], mode: str = "loss",
-                 piece_size: int | None = None, clip: float | None = None) -> LayerScores:
-    """λ₁ of every selectable layer's LNTK on `samples` and the normalised scores Sˡ; the hook path
-    scores at most ``piece_size`` samples at a time (None: all at once), with the same result.
+                 piece_size: int | None = None, clip: float | None = None,
+                 step: TrainingStep | None = None) -> LayerScores:
+    """λ₁ of every selectable layer's LNTK on `samples` and the normalised scores Sˡ, scoring at most
+    ``piece_size`` samples at a time (None: all at once), or, with ``step``, as many as keep no more
+    memory than that training step does (`tasks.lntk_pieces.memory_piece`); the result is the same.
     ``clip``: every sample's Jacobian over all layers clipped to that L2 norm first (`clip_grams`;
     mode "loss" only), what a differentially private release of λ₁ needs."""
     check_mode(model, mode)
@@ -97,7 +108,7 @@ def layer_scores(model: FederatedVLM, samples: Sequence[Sample], mode: str = "lo
                          "use score-mode = 'loss'")
     if len(samples) == 0:
         raise ValueError("samples is empty: LNTK scoring needs at least one sample")
-    pieces = piece_bounds(len(samples), piece_size)
+    piece_bounds(len(samples), piece_size)  # a bad size fails before anything runs
     start = time.perf_counter()
     groups = [layer_parameter_names(model, layer) for layer in range(len(model.layer_names))]
     was_training = model.training
@@ -105,9 +116,9 @@ def layer_scores(model: FederatedVLM, samples: Sequence[Sample], mode: str = "lo
     try:
         batch = {k: v.to(model.device) for k, v in model.collate(samples).items()}
         if mode == "paper":
-            eigenvalues = _paper_eigenvalues(model, batch, groups)
+            eigenvalues, piece_size = _paper_eigenvalues(model, batch, groups), 0
         else:
-            grams = _grams(model, batch, groups, mode, pieces)
+            grams, piece_size = _grams(model, batch, groups, mode, piece_size, step)
             if clip is not None:
                 grams = clip_grams(grams, clip)
             eigenvalues = np.array([principal_eigenvalue(g) for g in grams])
@@ -117,7 +128,7 @@ def layer_scores(model: FederatedVLM, samples: Sequence[Sample], mode: str = "lo
     total = eigenvalues.sum()
     n = len(eigenvalues)
     scores = eigenvalues / total if total > 0 else np.full(n, 1.0 / n)
-    return LayerScores(eigenvalues, scores, time.perf_counter() - start)
+    return LayerScores(eigenvalues, scores, time.perf_counter() - start, piece_size)
 
 
 def check_mode(model: FederatedVLM, mode: str) -> None:
@@ -165,25 +176,59 @@ class _Tail(nn.Module):
         return self.model.forward_embedded(emb)
 
 
-def _grams(model: FederatedVLM, batch: Batch, groups: list[list[str]], mode: str,
-           pieces: list[tuple[int, int]]) -> list[torch.Tensor]:
-    """Per-layer Gram matrices J Jᵀ (float64): from hooks where possible, else per-sample gradients."""
+def _grams(model: FederatedVLM, batch: Batch, groups: list[list[str]], mode: str, piece_size: int | None,
+           step: TrainingStep | None) -> tuple[list[torch.Tensor], int]:
+    """Per-layer Gram matrices J Jᵀ (float64), from hooks where possible, else per-sample gradients,
+    in pieces of ``piece_size`` samples or of the size ``step``'s memory allows; and that size."""
     labels = batch.pop("labels")
+    n = labels.shape[0]
     with torch.no_grad():
         emb = model.embed(batch)
     sites = hook_sites(model, groups)
+    with checkpointed(model):
+        if step is not None:
+            piece_size = _memory_piece(model, emb, labels, groups, mode, sites, step)
+        bounds = piece_bounds(n, piece_size)
+        if sites is not None:
+            try:
+                return hooked_grams(sites, _pieces(model, emb, labels, mode, bounds), groups), bounds[0][1]
+            except NotHookable as err:
+                warnings.warn(
+                    f"LNTK hooks cannot score {type(model).__name__} ({err}); "
+                    "falling back to per-sample gradients",
+                    RuntimeWarning,
+                    stacklevel=3,
+                )
+    return per_sample_grams(model, emb, labels, groups, mode, bounds), bounds[0][1]
+
+
+def _memory_piece(model: FederatedVLM, emb: Batch, labels: torch.Tensor, groups: list[list[str]], mode: str,
+                  sites: list | None, step: TrainingStep) -> int:
+    """`tasks.lntk_pieces.memory_piece` from the bytes one sample keeps in scoring (as the path that
+    scores runs it) and in ``step``'s training."""
+    n = labels.shape[0]
+    one, first = piece_inputs(emb, n, 0, 1), labels[:1]
+    scoring = None
     if sites is not None:
         try:
-            with checkpointed(model):
-                return hooked_grams(sites, _pieces(model, emb, labels, mode, pieces), groups)
-        except NotHookable as err:
-            warnings.warn(
-                f"LNTK hooks cannot score {type(model).__name__} ({err}); "
-                "falling back to per-sample gradients",
-                RuntimeWarning,
-                stacklevel=3,
-            )
-    return per_sample_grams(model, emb, labels, groups, mode)
+            scoring = forward_kept(sites, next(_pieces(model, emb, labels, mode, [(0, 1)])), model)
+        except NotHookable:
+            scoring = None
+    if scoring is None:
+        named = dict(model.named_parameters())
+        scored = {name: named[name] for group in groups for name in group}
+        flags = {name: p.requires_grad for name, p in scored.items()}
+        try:
+            for p in scored.values():
+                p.requires_grad_(True)
+            with torch.enable_grad(), kept_bytes(model) as kept:
+                model.loss(model.forward_embedded(one), first)
+        finally:
+            for name, p in scored.items():
+                p.requires_grad_(flags[name])
+        scoring = kept[0]
+    training = training_kept(model, one, first, step.reference_mask(len(groups)))
+    return memory_piece(step, scoring, training, n)
 
 
 def _pieces(model: FederatedVLM, emb: Batch, labels: torch.Tensor, mode: str,
@@ -204,11 +249,32 @@ def _pieces(model: FederatedVLM, emb: Batch, labels: torch.Tensor, mode: str,
 
 
 def per_sample_grams(
-    model: FederatedVLM, emb: Batch, labels: torch.Tensor, groups: list[list[str]], mode: str
+    model: FederatedVLM, emb: Batch, labels: torch.Tensor, groups: list[list[str]], mode: str,
+    bounds: list[tuple[int, int]] | None = None,
 ) -> list[torch.Tensor]:
-    """Per-layer Gram matrices J Jᵀ (float64) from per-sample gradients / Jacobians: one vmap pass
-    when every input is batch-first, else (packed patches, or vmap cannot trace the model) a loop
-    over the samples' own inputs (`tasks.models.generative.split_inputs`)."""
+    """Per-layer Gram matrices J Jᵀ (float64) from per-sample gradients / Jacobians, the samples in
+    the pieces ``bounds`` (None: one): one vmap pass a piece when every input is batch-first, else
+    (packed patches, or vmap cannot trace the model) a loop over the samples' own inputs
+    (`tasks.models.generative.split_inputs`)."""
+    named = dict(model.named_parameters())
+    n = labels.shape[0]
+    parts = [_per_sample_rows(model, piece_inputs(emb, n, a, b), labels[a:b], groups, mode)
+             for a, b in (bounds or [(0, n)])]
+    jac = {key: torch.cat([part[key] for part in parts]) for key in parts[0]}
+    grams = []
+    for group in groups:
+        gram = torch.zeros(0, 0, dtype=torch.float64)
+        for name in group:
+            rows = jac[f"model.{name}"].reshape(-1, named[name].numel()).to(torch.float64)
+            gram = rows @ rows.T if gram.numel() == 0 else gram + rows @ rows.T
+        grams.append(gram if gram.numel() else torch.zeros(n, n, dtype=torch.float64))
+    return grams
+
+
+def _per_sample_rows(model: FederatedVLM, emb: Batch, labels: torch.Tensor, groups: list[list[str]],
+                     mode: str) -> Params:
+    """Per-sample gradients (loss) or Jacobians (logit) of the scored parameters, for the samples of
+    ``emb``, keyed ``model.<name>``."""
     tail = _Tail(model)
     named = dict(model.named_parameters())
     params = {f"model.{n}": named[n].detach() for group in groups for n in group}
@@ -236,14 +302,7 @@ def per_sample_grams(
             )
     if jac is None:
         jac = _looped(single, params, split_inputs(emb, n), labels, mode)
-    grams = []
-    for group in groups:
-        gram = torch.zeros(0, 0, dtype=torch.float64)
-        for name in group:
-            rows = jac[f"model.{name}"].reshape(-1, named[name].numel()).to(torch.float64)
-            gram = rows @ rows.T if gram.numel() == 0 else gram + rows @ rows.T
-        grams.append(gram if gram.numel() else torch.zeros(n, n, dtype=torch.float64))
-    return grams
+    return jac
 
 
 def _looped(

@@ -154,6 +154,28 @@ class _Capture(torch.autograd.Function):
         return delta, None, torch.zeros_like(ctx.sink.anchor), None, None
 
 
+def forward_kept(sites: list[_Site], piece: Piece, model: nn.Module) -> int:
+    """`tasks.lntk_pieces.kept_bytes` of the piece's forward pass as scoring runs it (every scored
+    parameter requiring gradients, a capture node on every scored module), without its backward."""
+    from tasks.lntk_pieces import kept_bytes
+
+    scored = {name: getattr(site.module, kind) for site in sites for kind, name in site.params.items()}
+    flags = {name: p.requires_grad for name, p in scored.items()}
+    sink = _Sink(piece.size)
+    handles = [site.module.register_forward_hook(sink.hook(site)) for site in sites]
+    try:
+        for p in scored.values():
+            p.requires_grad_(True)
+        with torch.enable_grad(), kept_bytes(model) as kept:
+            piece.per_sample(piece.forward())
+    finally:
+        for handle in handles:
+            handle.remove()
+        for name, p in scored.items():
+            p.requires_grad_(flags[name])
+    return kept[0]
+
+
 def _piece_rows(sites: list[_Site], piece: Piece) -> _Sink:
     """One forward pass of the piece with capture hooks, then one backward pass per column."""
     scored = {name: getattr(site.module, kind) for site in sites for kind, name in site.params.items()}

@@ -29,6 +29,7 @@ import torch
 from tasks.adapters import is_under
 from tasks.data import Sample
 from tasks.lntk import layer_scores
+from tasks.lntk_pieces import TrainingStep
 from tasks.models import FederatedVLM
 from tasks.names import BASELINE_SCORERS, LNTK
 
@@ -214,16 +215,18 @@ SCORERS: tuple[str, ...] = (LNTK, *BASELINE_SCORERS)
 
 
 def score_layers(model: FederatedVLM, samples: Sequence[Sample], scorer: str = LNTK,
-                 mode: str = "loss", piece_size: int | None = None, clip: float | None = None) -> np.ndarray:
+                 mode: str = "loss", step: TrainingStep | None = None, clip: float | None = None
+                 ) -> np.ndarray:
     """Non-negative per-layer score (L,) of ``scorer`` on ``samples``; the server normalises it.
 
-    ``mode`` (the LNTK Jacobian mode), ``piece_size`` (samples scored at a time,
-    `tasks.lntk_pieces`) and ``clip`` (each sample's Jacobian clipped, `tasks.lntk.clip_grams`) only
-    apply to ``lntk``; a pruning score refuses ``clip`` (no bounded sensitivity here)."""
+    ``mode`` (the LNTK Jacobian mode), ``step`` (the training step whose memory the scoring's
+    pieces stay under, `tasks.lntk_pieces`) and ``clip`` (each sample's Jacobian clipped,
+    `tasks.lntk.clip_grams`) only apply to ``lntk``; a pruning score refuses ``clip`` (no bounded
+    sensitivity here)."""
     if scorer not in SCORERS:
         raise ValueError(f"score = {scorer!r} is unknown; choose one of {', '.join(SCORERS)}")
     if scorer not in _BASELINES:
-        return layer_scores(model, samples, mode=mode, piece_size=piece_size, clip=clip).eigenvalues
+        return layer_scores(model, samples, mode=mode, clip=clip, step=step).eigenvalues
     if clip is not None:
         raise ValueError(f"score = {scorer!r} has no clipped form for a private release; use lntk")
     if len(samples) == 0:

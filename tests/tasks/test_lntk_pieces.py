@@ -20,7 +20,7 @@ def grams(model, samples, size):
     """Every layer's Θˡ from the hook path, the samples in pieces of ``size`` (None: one pass)."""
     model.eval()
     groups = [layer_parameter_names(model, layer) for layer in range(len(model.layer_names))]
-    return lntk._grams(model, model.collate(samples), groups, "loss", piece_bounds(len(samples), size))
+    return lntk._grams(model, model.collate(samples), groups, "loss", size, None)[0]
 
 
 @pytest.fixture(scope="module", params=[False, True], ids=["plain", "checkpointed"])
