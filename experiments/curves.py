@@ -1,0 +1,185 @@
+"""Rules compared over the whole run, from committed raw rows (`experiments.rows`) alone:
+
+    python -m experiments.curves docs/results/<page>/runs.csv --reference f3ocus-nsga2 --against all,random \
+        [--experiment NAME] [--figure docs/results/<page>/curves.png]
+
+Per rule, seed and round the overall accuracy is the clients' accuracy weighted by their questions
+(%). Printed, as markdown: the last round per rule (mean ± sample std over seeds, the uplink per
+round and its share of `all`'s); the paired differences reference − each rule over their common
+seeds, of the last round and of the mean over rounds 1..N (the area under the curve, a second
+reading), each with its 95 % Student-t interval (`experiments.paired.paired_interval`), its half
+width and a reading ("higher", "lower", "not distinguishable"); and every round's mean with its
+95 % t interval per rule. ``--figure`` draws the per-round means and intervals and writes beside it
+``<stem>.csv``, the table it drew.
+"""
+
+from __future__ import annotations
+
+import argparse
+import csv
+import sys
+from collections import defaultdict
+from collections.abc import Sequence
+from pathlib import Path
+
+import numpy as np
+from scipy import stats
+
+from experiments.paired import paired_interval
+from experiments.report import pyplot, save_figure
+
+
+def read(path: Path, experiment: str | None = None) -> list[dict]:
+    with open(path, newline="") as fh:
+        found = [r for r in csv.DictReader(fh) if experiment is None or r["experiment"] == experiment]
+    if not found:
+        raise ValueError(f"{path}: no rows" + (f" of experiment {experiment!r}" if experiment else ""))
+    return found
+
+
+def overall(rows: Sequence[dict]) -> dict[str, dict[int, dict[int, float]]]:
+    """Rule -> seed -> round -> overall accuracy (%), weighted by each client's questions."""
+    sums: dict[tuple[str, int, int], list[float]] = defaultdict(lambda: [0.0, 0.0])
+    for r in rows:
+        key = (r["rule"], int(r["seed"]), int(r["round"]))
+        sums[key][0] += float(r["accuracy"]) * float(r["num_examples"])
+        sums[key][1] += float(r["num_examples"])
+    out: dict[str, dict[int, dict[int, float]]] = defaultdict(lambda: defaultdict(dict))
+    for (rule, seed, rnd), (hits, n) in sums.items():
+        out[rule][seed][rnd] = 100 * hits / n
+    return out
+
+
+def uplink(rows: Sequence[dict]) -> dict[str, float]:
+    """Rule -> mean uplink bytes per trained round (all clients, all seeds)."""
+    per: dict[tuple[str, int, int], float] = defaultdict(float)
+    for r in rows:
+        if int(r["round"]) > 0:
+            per[(r["rule"], int(r["seed"]), int(r["round"]))] += float(r["bytes_up"])
+    rules: dict[str, list[float]] = defaultdict(list)
+    for (rule, _, _), value in per.items():
+        rules[rule].append(value)
+    return {rule: float(np.mean(values)) for rule, values in rules.items()}
+
+
+def last(curve: dict[int, float]) -> float:
+    return curve[max(curve)]
+
+
+def auc(curve: dict[int, float]) -> float:
+    """Mean over rounds 1..N (round 0, the start, left out)."""
+    return float(np.mean([v for r, v in curve.items() if r > 0]))
+
+
+def reading(low: float, high: float) -> str:
+    return "higher" if low > 0 else "lower" if high < 0 else "not distinguishable"
+
+
+def pairs(data: dict, reference: str, others: Sequence[str]) -> list[dict]:
+    """Reference − each other rule, last round and mean over rounds, over their common seeds."""
+    out = []
+    for other in others:
+        if other not in data:
+            raise ValueError(f"--against {other!r}: no runs of it; rules present: {', '.join(sorted(data))}")
+        seeds = sorted(set(data[reference]) & set(data[other]))
+        for name, measure in (("last round", last), ("mean over rounds", auc)):
+            diffs = [measure(data[reference][s]) - measure(data[other][s]) for s in seeds]
+            row = {"comparison": f"{reference} − {other}", "reading of": name, "seeds": seeds, "diffs": diffs}
+            if len(seeds) >= 2:
+                mean, low, high = paired_interval([measure(data[reference][s]) for s in seeds],
+                                                  [measure(data[other][s]) for s in seeds])
+                row.update(mean=mean, low=low, high=high, width=(high - low) / 2, reading=reading(low, high))
+            else:
+                row.update(mean=float(np.mean(diffs)) if diffs else float("nan"))
+            out.append(row)
+    return out
+
+
+def per_round(data: dict) -> list[dict]:
+    """Rule, round, seeds, mean and 95 % t interval of the overall accuracy."""
+    out = []
+    for rule in sorted(data):
+        rounds = sorted(set.intersection(*(set(c) for c in data[rule].values())))
+        for rnd in rounds:
+            values = np.array([data[rule][s][rnd] for s in sorted(data[rule])])
+            half = (stats.t.ppf(0.975, len(values) - 1) * values.std(ddof=1) / np.sqrt(len(values))
+                    if len(values) > 1 else float("nan"))
+            out.append({"rule": rule, "round": rnd, "seeds": len(values), "mean": float(values.mean()),
+                        "low": float(values.mean() - half), "high": float(values.mean() + half)})
+    return out
+
+
+def _mean_std(values: Sequence[float]) -> str:
+    return f"{np.mean(values):.2f} ± {np.std(values, ddof=1) if len(values) > 1 else 0.0:.2f}"
+
+
+def report(rows: Sequence[dict], reference: str, others: Sequence[str]) -> str:
+    data = overall(rows)
+    if reference not in data:
+        raise ValueError(f"--reference {reference!r}: no runs of it; rules present: "
+                         f"{', '.join(sorted(data))}")
+    sent = uplink(rows)
+    lines = ["| rule | seeds | last round % | mean over rounds % | uplink MB / round | of `all`'s |",
+             "|---|---|---|---|---|---|"]
+    for rule in sorted(data):
+        ends = [last(c) for c in data[rule].values()]
+        areas = [auc(c) for c in data[rule].values()]
+        share = f"{100 * sent[rule] / sent['all']:.1f} %" if "all" in sent else "-"
+        lines.append(f"| {rule} | {len(ends)} | {_mean_std(ends)} | {_mean_std(areas)} | "
+                     f"{sent.get(rule, 0) / 1e6:.2f} | {share} |")
+    lines += ["", "| comparison | reading of | seeds | per-seed difference (pp) | mean | 95 % t interval "
+              "| ± | reading |", "|---|---|---|---|---|---|---|---|"]
+    for row in pairs(data, reference, others):
+        head = (f"| {row['comparison']} | {row['reading of']} | {','.join(map(str, row['seeds']))} | "
+                f"{', '.join(f'{d:+.2f}' for d in row['diffs'])} | {row['mean']:+.2f} |")
+        tail = (f"[{row['low']:+.2f}, {row['high']:+.2f}] | {row['width']:.2f} | {row['reading']} |"
+                if "low" in row else "- | - | one seed: no interval |")
+        lines.append(f"{head} {tail}")
+    lines += ["", "| rule | round | seeds | mean % | 95 % t interval |", "|---|---|---|---|---|"]
+    for row in per_round(data):
+        lines.append(f"| {row['rule']} | {row['round']} | {row['seeds']} | {row['mean']:.2f} | "
+                     f"[{row['low']:.2f}, {row['high']:.2f}] |")
+    return "\n".join(lines)
+
+
+def figure(rows: Sequence[dict], path: Path) -> Path:
+    """Per-round means and 95 % intervals per rule; their table beside the figure."""
+    table = per_round(overall(rows))
+    with open(path.with_suffix(".csv"), "w", newline="") as fh:
+        writer = csv.DictWriter(fh, fieldnames=list(table[0]))
+        writer.writeheader()
+        writer.writerows(table)
+    plt = pyplot()
+    fig, ax = plt.subplots(figsize=(7, 4))
+    for rule in dict.fromkeys(r["rule"] for r in table):
+        mine = [r for r in table if r["rule"] == rule]
+        rounds = [r["round"] for r in mine]
+        ax.plot(rounds, [r["mean"] for r in mine], marker="o", label=f"{rule} ({mine[0]['seeds']} seeds)")
+        ax.fill_between(rounds, [r["low"] for r in mine], [r["high"] for r in mine], alpha=0.2)
+    ax.set_xlabel("round")
+    ax.set_ylabel("overall accuracy % (95 % t interval)")
+    ax.legend()
+    return save_figure(fig, path)
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("rows", type=Path, help="a raw-rows CSV of experiments.rows")
+    parser.add_argument("--reference", required=True, help="the rule every other is paired against")
+    parser.add_argument("--against", required=True, help="comma-separated rules")
+    parser.add_argument("--experiment", help="only the rows of this experiment")
+    parser.add_argument("--figure", type=Path, help="draw the per-round curves here (.png)")
+    args = parser.parse_args(argv)
+    try:
+        rows = read(args.rows, args.experiment)
+        print(report(rows, args.reference, [a.strip() for a in args.against.split(",") if a.strip()]))
+        if args.figure:
+            print(f"\nfigure: {figure(rows, args.figure)}")
+    except (ValueError, KeyError, FileNotFoundError) as err:
+        print(f"error: {err}", file=sys.stderr)
+        return 2
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
