@@ -30,7 +30,8 @@ consumer per call of its module). In both cases tasks.lntk takes the per-sample-
 
 from __future__ import annotations
 
-from collections.abc import Callable, Iterable
+from collections.abc import Callable, Iterable, Iterator
+from contextlib import contextmanager
 from dataclasses import dataclass
 from typing import NamedTuple
 
@@ -154,51 +155,47 @@ class _Capture(torch.autograd.Function):
         return delta, None, torch.zeros_like(ctx.sink.anchor), None, None
 
 
-def forward_kept(sites: list[_Site], piece: Piece, model: nn.Module) -> int:
-    """`tasks.lntk_pieces.kept_bytes` of the piece's forward pass as scoring runs it (every scored
-    parameter requiring gradients, a capture node on every scored module), without its backward."""
-    from tasks.lntk_pieces import kept_bytes
-
+@contextmanager
+def _capturing(sites: list[_Site], size: int) -> Iterator[tuple[_Sink, dict[str, torch.Tensor]]]:
+    """Within the block a capture hook on every scored module and every scored parameter requiring
+    gradients (the parameters by name beside the sink); hooks and flags as they were afterwards."""
     scored = {name: getattr(site.module, kind) for site in sites for kind, name in site.params.items()}
     flags = {name: p.requires_grad for name, p in scored.items()}
-    sink = _Sink(piece.size)
-    handles = [site.module.register_forward_hook(sink.hook(site)) for site in sites]
-    try:
-        for p in scored.values():
-            p.requires_grad_(True)
-        with torch.enable_grad(), kept_bytes(model) as kept:
-            piece.per_sample(piece.forward())
-    finally:
-        for handle in handles:
-            handle.remove()
-        for name, p in scored.items():
-            p.requires_grad_(flags[name])
-    return kept[0]
-
-
-def _piece_rows(sites: list[_Site], piece: Piece) -> _Sink:
-    """One forward pass of the piece with capture hooks, then one backward pass per column."""
-    scored = {name: getattr(site.module, kind) for site in sites for kind, name in site.params.items()}
-    flags = {name: p.requires_grad for name, p in scored.items()}
-    sink = _Sink(piece.size)
+    sink = _Sink(size)
     handles = [site.module.register_forward_hook(sink.hook(site)) for site in sites]
     try:
         for p in scored.values():
             p.requires_grad_(True)
         with torch.enable_grad():
-            values = piece.per_sample(piece.forward())
-            sink.recording, sink.columns = False, values.shape[1]
-            if values.grad_fn is not None and sink.anchor is not None:  # else no row is reached
-                _check_uses(values, sites, scored, sink.calls)
-                for r in range(sink.columns):
-                    sink.column = r
-                    torch.autograd.grad(values[:, r].sum(), sink.anchor, retain_graph=r + 1 < sink.columns,
-                                        allow_unused=True)
+            yield sink, scored
     finally:
         for handle in handles:
             handle.remove()
         for name, p in scored.items():
             p.requires_grad_(flags[name])
+
+
+def forward_kept(sites: list[_Site], piece: Piece, model: nn.Module) -> int:
+    """`tasks.lntk_pieces.kept_bytes` of the piece's forward pass as scoring runs it (every scored
+    parameter requiring gradients, a capture node on every scored module), without its backward."""
+    from tasks.lntk_pieces import kept_bytes
+
+    with _capturing(sites, piece.size), kept_bytes(model) as kept:
+        piece.per_sample(piece.forward())
+    return kept[0]
+
+
+def _piece_rows(sites: list[_Site], piece: Piece) -> _Sink:
+    """One forward pass of the piece with capture hooks, then one backward pass per column."""
+    with _capturing(sites, piece.size) as (sink, scored):
+        values = piece.per_sample(piece.forward())
+        sink.recording, sink.columns = False, values.shape[1]
+        if values.grad_fn is not None and sink.anchor is not None:  # else no row is reached
+            _check_uses(values, sites, scored, sink.calls)
+            for r in range(sink.columns):
+                sink.column = r
+                torch.autograd.grad(values[:, r].sum(), sink.anchor, retain_graph=r + 1 < sink.columns,
+                                    allow_unused=True)
     return sink
 
 

@@ -410,6 +410,13 @@ def test_closed_set_scores_are_each_answers_summed_token_log_likelihood(family, 
     model = family_model(family, partition, checkpoints, qwen, monkeypatch)
     model.answers = model.answers[:4]  # the oracle runs once per answer
     samples = [replace(s, target=int(s.target) % 4) for s in partition.test[:3]]
+    assert torch.allclose(model.answer_scores(samples), summed_answer_log_likelihood(model, samples),
+                          atol=1e-4), family
+
+
+def summed_answer_log_likelihood(model, samples) -> torch.Tensor:
+    """(B, A): each answer's tokens' log-probabilities after each sample's prompt (stop token left
+    out), summed by hand from one plain forward pass per answer: the closed-set scores' oracle."""
     expected = torch.zeros(len(samples), len(model.answers))
     with torch.no_grad():
         for k in range(len(model.answers)):
@@ -418,7 +425,7 @@ def test_closed_set_scores_are_each_answers_summed_token_log_likelihood(family, 
             for i in range(len(samples)):
                 answer = (batch["labels"][i] != IGNORE).nonzero().flatten()[:-1]
                 expected[i, k] = logp[i, answer - 1, batch["labels"][i, answer]].sum()
-    assert torch.allclose(model.answer_scores(samples), expected, atol=1e-4), family
+    return expected
 
 
 def test_closed_set_runs_the_templates_shared_opening_once(partition, checkpoints, monkeypatch):

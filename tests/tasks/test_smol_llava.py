@@ -233,20 +233,13 @@ def test_closed_set_scores_of_one_token_answers_are_their_log_likelihood(partiti
     one token (the test families split every answer into several, so only this model reaches the
     first-token scores that one-token answers keep). Every answer's score must equal its tokens'
     log-probabilities after the prompt, summed by hand from one plain forward pass per answer."""
-    from tasks.models.generative import IGNORE
+    from tests.tasks.test_generative import summed_answer_log_likelihood
 
     model = build(partition)
     lengths = [len(model.answer_ids(a)) - 1 for a in model.answers]  # without the stop token
     assert lengths.count(1) == 12 and len(lengths) == 13
     samples = partition.test[:3]
-    expected = torch.zeros(len(samples), len(model.answers))
-    with torch.no_grad():
-        for k in range(len(model.answers)):
-            batch = model.collate([replace(s, target=k) for s in samples])
-            logp = model(batch).float().log_softmax(-1)
-            for i in range(len(samples)):
-                answer = (batch["labels"][i] != IGNORE).nonzero().flatten()[:-1]
-                expected[i, k] = logp[i, answer - 1, batch["labels"][i, answer]].sum()
+    expected = summed_answer_log_likelihood(model, samples)
     assert torch.allclose(model.answer_scores(samples), expected, atol=1e-4)
 
 
