@@ -16,7 +16,7 @@ from logging import WARNING, getLogger
 
 from flwr.app import Context, Error, Message, MetricRecord
 
-from flower_compat import client_app_error_code
+from flower_compat import FlowerVersionError, client_app_error_code
 from settings import ConfigError, RunConfig
 
 log = getLogger("flwr").log  # Flower's logger: its handlers reach the console and `flwr run --stream`
@@ -31,10 +31,11 @@ _logged: set[tuple[int, str]] = set()
 
 def error_replies(msg: Message, context: Context, call_next: Callable[[Message, Context], Message]
                   ) -> Message:
-    """Flower mod: a ConfigError or Refused becomes an error reply naming the setting or field."""
+    """Flower mod: a ConfigError, a FlowerVersionError or Refused becomes an error reply naming the
+    setting, the release or the field."""
     try:
         return call_next(msg, context)
-    except (ConfigError, Refused) as err:
+    except (ConfigError, FlowerVersionError, Refused) as err:
         reason = str(err)
         if (context.node_id, reason) not in _logged:
             _logged.add((context.node_id, reason))

@@ -29,13 +29,13 @@ from typing import Any
 from packaging.specifiers import SpecifierSet
 from packaging.version import InvalidVersion, Version
 
-from settings.errors import ConfigError
-
 PYPROJECT = Path(__file__).resolve().parent.parent / "pyproject.toml"
 
 
-class FlowerVersionError(ConfigError):
-    """The installed Flower (or a peer's) is outside the supported range, or lacks a name we need."""
+class FlowerVersionError(ValueError):
+    """The installed Flower (or a peer's) is outside the supported range, or lacks a name we need.
+    A ValueError, as a bad setting is (`settings.ConfigError`): this package imports nothing of the
+    project, so the apps name both where they turn a bad setting into one line."""
 
 
 @cache

@@ -12,8 +12,10 @@ from __future__ import annotations
 
 import importlib
 import pkgutil
+from collections.abc import Mapping
 
 from methods.base import AGGREGATIONS, SELECTIONS, Aggregation, MethodSettings, Selection, lookup, register
+from strategies.selection import SelectionRule
 
 
 def discover() -> None:
@@ -31,6 +33,14 @@ def aggregation(name: str) -> Aggregation:
 def selection(name: str) -> Selection:
     """The entry of ``strategy = name`` (ValueError naming it if unknown)."""
     return lookup(SELECTIONS, "strategy", name)
+
+
+def make_rule(strategy: str, optimizer: str = "nsga2",
+              optimizer_params: Mapping[str, object] | None = None) -> SelectionRule:
+    """The rule of a strategy name bound to the optimiser and its settings (`SelectionRule`);
+    ValueError naming it if unknown."""
+    params = tuple(sorted((optimizer_params or {}).items()))
+    return SelectionRule(selection(strategy), optimizer, params)
 
 
 def optimises(strategy: str) -> bool:
@@ -55,4 +65,4 @@ def owners() -> tuple[type[MethodSettings], ...]:
 discover()
 
 __all__ = ["AGGREGATIONS", "SELECTIONS", "Aggregation", "MethodSettings", "Selection", "aggregation",
-           "discover", "label", "optimises", "owners", "register", "selection"]
+           "discover", "label", "make_rule", "optimises", "owners", "register", "selection"]

@@ -12,11 +12,12 @@ from flwr.serverapp import Grid, ServerApp
 
 import tasks
 from flower_compat import FlowerVersionError, check_version
+from methods import make_rule
 from methods.privacy.client import ClientAccountant
 from server_app.results import Recorder, load_checkpoint
 from settings import ConfigError, RunConfig, check_budgets, check_model_here
 from settings.sites import read_registry, registry_of
-from strategies import Aggregator, LayerSelectionStrategy, NodesMissing, make_rule
+from strategies import Aggregator, LayerSelectionStrategy, NodesMissing
 from strategies.records import State, to_record
 
 log = getLogger("flwr").log  # Flower's logger: its handlers reach the console and `flwr run --stream`
@@ -181,7 +182,7 @@ def main(grid: Grid, context: Context) -> None:
         config = RunConfig.from_mapping(context.run_config)
         plan = plan_run(config)
         accountant = plan_privacy(config, grid)
-    except ConfigError as err:
+    except (ConfigError, FlowerVersionError) as err:
         reason = str(err) if isinstance(err, FlowerVersionError) else f"Invalid run configuration: {err}"
         log(ERROR, "%s", reason)
         # Not SystemExit: Flower's ServerApp runner catches Exception only, and a SystemExit skips

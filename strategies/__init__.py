@@ -16,6 +16,6 @@ __getattr__, __dir__, __all__ = lazy_loader.attach(__name__, submod_attrs={
     "aggregation": ["Aggregate", "Aggregator", "ClientUpdate"],
     "layer_selection": ["LayerSelectionStrategy", "RoundLog"],
     "round.identity": ["NodesMissing"],
-    "selection": ["SelectionRule", "make_rule"],
+    "selection": ["SelectionRule"],
     "validation": ["LayerReport", "Rejected"],
 })

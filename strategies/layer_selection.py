@@ -40,14 +40,12 @@ from flwr.app import ArrayRecord, ConfigRecord
 from flwr.serverapp import Grid
 from flwr.serverapp.strategy import Result, Strategy
 
-from methods.masked_fedavg.server import masked_fedavg
-from methods.privacy.client import ClientAccountant
-from strategies.aggregation import Aggregator
+from strategies.aggregation import Aggregator, masked_fedavg
 from strategies.records import State, from_record, to_record
 from strategies.round.clients import Clients
 from strategies.round.close import ClosingPhase
 from strategies.round.log import RoundLog, weighted_means
-from strategies.round.train import TrainPhase
+from strategies.round.train import Accountant, TrainPhase
 from strategies.selection import SelectionRule
 
 log = getLogger("flwr").log  # Flower's logger: its handlers reach the console and `flwr run --stream`
@@ -77,7 +75,7 @@ class LayerSelectionStrategy(Clients, TrainPhase, ClosingPhase, Strategy):
         min_nodes: int = 1,
         seed: int = 0,
         on_round_end: Callable[[RoundLog, State, dict[str, State]], None] | None = None,
-        accountant: ClientAccountant | None = None,
+        accountant: Accountant | None = None,
         registry: Callable[[], dict[int, str]] | None = None,
         node_wait: float = 600.0,
     ) -> None:

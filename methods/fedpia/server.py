@@ -29,7 +29,7 @@ from itertools import islice
 import numpy as np
 
 from methods.fedpia.alignment import lora_pairs, match_neurons, neuron_supports, permute_pair
-from methods.masked_fedavg.server import masked_fedavg
+from strategies.aggregation.masked import masked_fedavg
 from strategies.aggregation.types import Aggregate, ClientUpdate
 from strategies.records import State
 

@@ -12,8 +12,8 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 
-from methods.masked_fedavg.server import masked_fedavg
 from settings.config import group_of
+from strategies.aggregation.masked import masked_fedavg
 from strategies.aggregation.types import Aggregate, ClientUpdate
 from strategies.records import State
 

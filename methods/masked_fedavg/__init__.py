@@ -10,7 +10,7 @@ from methods.base import Aggregation, register
 
 def server_step() -> Callable:
     """The server step, imported when a run uses this method."""
-    from methods.masked_fedavg.server import masked_fedavg
+    from strategies.aggregation.masked import masked_fedavg
 
     return masked_fedavg
 

@@ -22,8 +22,8 @@ from logging import WARNING, getLogger
 
 import numpy as np
 
-from methods.masked_fedavg.server import masked_fedavg
 from methods.sima.settings import VECTOR as SIMA_VECTOR
+from strategies.aggregation.masked import masked_fedavg
 from strategies.aggregation.types import Aggregate, ClientUpdate
 from strategies.records import State
 

@@ -6,6 +6,7 @@ from __future__ import annotations
 import time
 from collections.abc import Iterable, Sequence
 from logging import INFO, WARNING, getLogger
+from typing import Protocol
 
 import numpy as np
 from flwr.app import ArrayRecord, ConfigRecord, Message, MessageType, MetricRecord
@@ -18,6 +19,17 @@ from strategies.validation import ARRAYS_KEY, METRICS_KEY, LayerReport, Rejected
 from tasks.names import DP_SAT_OUT
 
 log = getLogger("flwr").log  # Flower's logger: its handlers reach the console and `flwr run --stream`
+
+
+class Accountant(Protocol):
+    """A run's privacy accountant as the round sees it (``dp = "client"``, with privacy): whether a
+    round keeps ε within its cap, and the ε after a round."""
+
+    cap: float
+
+    def allows(self, server_round: int) -> bool: ...
+
+    def epsilon(self, rounds: int, accountant: str = "pld") -> float: ...
 
 
 class TrainPhase:

@@ -1,15 +1,16 @@
-"""A selection rule bound to a run: its registry entry (`methods.base.Selection`) with the run's
-optimiser and the optimiser's settings, which only an optimising rule (F3OCUS) uses."""
+"""A selection rule bound to a run: its registry entry (`methods.base.Selection`, as far as the round
+needs it: `Entry`) with the run's optimiser and the optimiser's settings, which only an optimising
+rule (F3OCUS) uses."""
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
+from typing import Any, Protocol
 
 import numpy as np
 
 from metaheuristics import Assignment, optimize  # noqa: F401  (see below)
-from methods.base import Selection
 
 # The optimisers' libraries (pymoo, scipy) load with the server's strategy, before any model runs:
 # loading them later, at the first selection, shifts the last bits of a client's float results
@@ -17,11 +18,23 @@ from methods.base import Selection
 # versions that load them at different times.
 
 
+class Entry(Protocol):
+    """What the round reads of a selection rule's registry entry."""
+
+    name: str
+    scorer: str | None
+    algorithm: str | None
+    optimises: bool
+
+    def select(self, scores: np.ndarray, budgets: Sequence[int], seed: int, optimizer: str = "nsga2",
+               params: Mapping[str, object] | None = None) -> tuple[np.ndarray, Any]: ...
+
+
 @dataclass(frozen=True)
 class SelectionRule:
     """The run's selection: which score its clients compute and how the server picks masks."""
 
-    entry: Selection
+    entry: Entry
     optimizer: str = "nsga2"
     params: tuple[tuple[str, object], ...] = ()
 

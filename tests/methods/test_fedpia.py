@@ -22,12 +22,12 @@ from methods.fedpia import client as client_app_pia  # the hook module
 from methods.fedpia import combine as client_pia
 from methods.fedpia.alignment import lora_pairs, match_neurons, neuron_supports, permute_pair
 from methods.fedpia.server import fedpia, integrate_adapter, integration_passes
-from methods.masked_fedavg.server import masked_fedavg
 from server_app.app import aggregator_for, build_strategy
 from server_app.app import app as server_app
 from server_app.results import Recorder
 from settings import ConfigError, RunConfig, default_config
 from strategies.aggregation import ClientUpdate
+from strategies.aggregation.masked import masked_fedavg
 from strategies.records import from_record
 from tests.client_app.test_config_node import RUN
 from tests.helpers.runs import trained_rounds

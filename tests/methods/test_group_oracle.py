@@ -10,9 +10,9 @@ import pytest
 
 from methods import AGGREGATIONS
 from methods.group_oracle.server import group_oracle
-from methods.masked_fedavg.server import masked_fedavg
 from settings import ConfigError, RunConfig, default_config
 from strategies.aggregation import ClientUpdate
+from strategies.aggregation.masked import masked_fedavg
 
 
 def update(node: int, pid: int, value: float, examples: int, keys=("0:a", "1:b")) -> ClientUpdate:

@@ -65,7 +65,7 @@ register(Aggregation("echo", server_step, EchoSettings, client=client_hook),
 ''',
     "server.py": '''
 from methods.echo import SEEN
-from methods.masked_fedavg.server import masked_fedavg
+from strategies.aggregation.masked import masked_fedavg
 
 
 def echo(global_state, updates, *, scale: float):

@@ -18,7 +18,8 @@ from flwr.clientapp import ClientApp
 from flwr.common.constant import SUPERLINK_NODE_ID, ErrorCode
 
 from flower_compat.inprocess import InProcessGrid
-from strategies import LayerSelectionStrategy, RoundLog, make_rule
+from methods import make_rule
+from strategies import LayerSelectionStrategy, RoundLog
 from strategies.layer_selection import weighted_means
 from strategies.records import PACKED, RUNTIME, State, from_record, layer_index, runtime_record, to_record
 from tests.helpers.identity import answers_queries

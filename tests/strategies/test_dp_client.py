@@ -16,7 +16,6 @@ from scipy import stats
 from client_app.app import app as client_app
 from experiments.sweep import incomplete
 from flower_compat.inprocess import InProcessGrid
-from methods.masked_fedavg.server import masked_fedavg
 from methods.privacy.client import ClientAccountant
 from methods.privacy.dp_fedavg import clip_update, update_norm, with_client_dp
 from server_app.app import aggregator_for
@@ -24,6 +23,7 @@ from server_app.app import app as server_app
 from settings import ConfigError, RunConfig, default_config
 from settings.privacy import PrivacySettings
 from strategies.aggregation import ClientUpdate
+from strategies.aggregation.masked import masked_fedavg
 from strategies.records import from_record
 from tests.client_app.test_config_node import RUN
 from tests.helpers.gaussian_dp import exact_gaussian_epsilon

@@ -13,8 +13,9 @@ from flwr.app import ConfigRecord, Context, Error, Message, MessageType, RecordD
 import strategies.round.identity
 from flower_compat import client_app_error_code
 from flower_compat.inprocess import InProcessGrid
+from methods import make_rule
 from methods.local.server import local_only
-from strategies import LayerSelectionStrategy, NodesMissing, make_rule
+from strategies import LayerSelectionStrategy, NodesMissing
 from strategies.records import IDENTITY, REGISTERED_SITE, to_record
 from tests.strategies.test_strategy import L, initial_state, scripted_app
 

@@ -11,8 +11,9 @@ import numpy as np
 from flwr.app import Message, MessageType, MetricRecord, RecordDict
 
 from flower_compat.inprocess import InProcessGrid
+from methods import make_rule
 from server_app.results import Recorder, load_checkpoint
-from strategies import LayerSelectionStrategy, make_rule
+from strategies import LayerSelectionStrategy
 from strategies.records import from_record, layer_index, to_record
 from tests.strategies.test_strategy import BUDGETS, EXAMPLES, L, initial_state, scripted_app
 

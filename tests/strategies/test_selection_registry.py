@@ -10,12 +10,12 @@ import numpy as np
 import pytest
 
 from metaheuristics import optimize
-from methods import AGGREGATIONS, SELECTIONS
-from methods.masked_fedavg.server import masked_fedavg
+from methods import AGGREGATIONS, SELECTIONS, make_rule
 from server_app.app import build_strategy
 from server_app.results import Recorder
 from settings import ConfigError, RunConfig, default_config
-from strategies import Aggregate, make_rule
+from strategies import Aggregate
+from strategies.aggregation.masked import masked_fedavg
 from tasks.names import BASELINE_SCORERS
 from tests.strategies.test_strategy import run_round
 

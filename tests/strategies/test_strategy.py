@@ -9,7 +9,8 @@ from flwr.clientapp import ClientApp
 
 from flower_compat.inprocess import InProcessGrid
 from metaheuristics import optimize
-from strategies import Aggregate, LayerSelectionStrategy, RoundLog, make_rule
+from methods import make_rule
+from strategies import Aggregate, LayerSelectionStrategy, RoundLog
 from strategies.records import RUNTIME, from_record, layer_index, record_bytes, runtime_record, to_record
 from tests.helpers.identity import answers_queries
 

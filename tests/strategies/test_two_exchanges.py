@@ -31,12 +31,13 @@ import tasks
 from client_app.app import app as client_app
 from client_app.runtime import client_setup
 from flower_compat.inprocess import InProcessGrid
+from methods import make_rule
 from methods.privacy import Budget
 from server_app.app import app as server_app
 from server_app.app import build_strategy, plan_run
 from server_app.results import Recorder
 from settings import RunConfig
-from strategies import LayerSelectionStrategy, RoundLog, make_rule
+from strategies import LayerSelectionStrategy, RoundLog
 from strategies.records import to_record
 from tests.client_app.test_config_node import RUN
 from tests.helpers.compare import assert_close

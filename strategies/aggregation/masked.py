@@ -1,4 +1,6 @@
-"""Masked FedAvg (paper Eq. 1 and 5): each layer is averaged over the clients that trained it."""
+"""Masked FedAvg (paper Eq. 1 and 5): each layer is averaged over the clients that trained it. The
+round's default step (`methods.masked_fedavg` registers it as ``aggregation = "masked-fedavg"``), and
+the mean other steps fall back to for the arrays they do not treat."""
 
 from __future__ import annotations
 
