@@ -8,18 +8,19 @@ naming it (`client_app.replies`), never with a traceback.
 from __future__ import annotations
 
 import time
+from functools import partial
 
 import numpy as np
 from flwr.app import ConfigRecord, Context, Message, MetricRecord, RecordDict
 from flwr.clientapp import ClientApp
 
 import tasks
-from client_app.hooks import TrainStep, client_hook
 from client_app.node import node_settings
-from client_app.personal import append_ledger, load_ledger, save_personal
+from client_app.personal import append_ledger, load_ledger, load_local_adapters, save_personal
 from client_app.replies import check_mask, error_replies, released_only
 from client_app.runtime import ClientSetup, client_setup, load_global, reported_budget, resolve_budget
 from client_app.worker import site_mod
+from methods.hooks import ClientHook, TrainStep
 from methods.privacy import Budget
 from settings import ConfigError, RunConfig
 from strategies.records import IDENTITY, REGISTERED_SITE, RUNTIME, from_record, runtime_record, to_record
@@ -52,7 +53,7 @@ def identify(msg: Message, context: Context) -> Message:
 def train(msg: Message, context: Context) -> Message:
     """Train only the assigned layers (+ own head); send back only those layers' adapters (none
     at all with a rule that trains no adapter: an empty mask, only the head trains). The run's
-    aggregation adds its client work through its hook (`client_app.hooks`), e.g. FedPIA's
+    aggregation adds its client work through its hook (`methods.hooks`), e.g. FedPIA's
     client-level PIA trains local + aligned global adapters and uploads their integration."""
     setup = client_setup(context)
     config = msg.content["config"]
@@ -62,16 +63,16 @@ def train(msg: Message, context: Context) -> Message:
     layer_budget = reported_budget(setup, context) if rule.needs_budget else num_layers
     layers = check_mask(config["mask"], num_layers, layer_budget, heads_only=not rule.trains_adapter)
     received = from_record(msg.content["arrays"])
-    stored = load_global(setup, context, received, str(config["run-dir"]), before=server_round)
-    steps = int(config["local-steps"])
     privacy, run_dir = setup.config.privacy.component, str(config["run-dir"])
+    stored = load_global(setup, context, received, run_dir, before=server_round)
+    steps = int(config["local-steps"])
     allowance = _allowance(setup, context, run_dir)
     sat_out = allowance.sit_out(steps)
     if sat_out is not None:  # one more round would pass dp-epsilon: no training, the server records it
         sat_out.update({"num-examples": len(setup.partition.train), "partition-id": setup.partition_id})
         return Message(RecordDict({"arrays": to_record({}), "metrics": MetricRecord(sat_out)}), reply_to=msg)
-    hook = client_hook(TrainStep(setup, context, received, stored, layers, str(config["run-dir"]),
-                                 server_round))
+    own = partial(load_local_adapters, context, run_dir, before=server_round)
+    hook = client_hook(setup, TrainStep(setup, received, stored, layers, server_round, own))
     mask = np.zeros(len(setup.model.layer_names), dtype=bool)
     mask[layers] = True
     with hook.training():
@@ -94,7 +95,7 @@ def train(msg: Message, context: Context) -> Message:
         allowance.report(append_ledger(context, rows, run_dir, setup.node.ledger), reply)
     upload, local = hook.finish(tasks.get_layer_state(setup.model, layers), personal, reply)
     upload = privacy.clip(upload, received, setup.config)
-    save_personal(context, personal, server_round, str(config["run-dir"]), local=local)
+    save_personal(context, personal, server_round, run_dir, local=local)
     arrays = to_record(upload)
     return Message(RecordDict({"arrays": arrays, "metrics": MetricRecord(reply)}), reply_to=msg)
 
@@ -190,3 +191,10 @@ def _evaluation(setup: ClientSetup, server_round: int) -> dict:
     if setup.partition.task == "vqa":
         metrics["majority-accuracy"] = tasks.majority_accuracy(questions)
     return metrics
+
+
+def client_hook(setup: ClientSetup, step: TrainStep) -> ClientHook:
+    """The hook of this run's aggregation (its registry entry's factory), or the plain base."""
+    factory = setup.config.method.client
+    hook = factory()(step, setup.config.method_settings) if factory else None
+    return hook if hook is not None else ClientHook()

@@ -20,7 +20,7 @@ from client_app.node import NodeSettings, node_settings
 from client_app.personal import load_personal
 from flower_compat import check_version
 from settings import ConfigError, RunConfig, check_fits
-from settings.config import group_of
+from tasks.data.partition import group_of
 
 BUDGET_KEY = "layer-budget"  # context.state record: the budget this node last reported
 

@@ -98,7 +98,7 @@ Pick = Callable[[np.ndarray, Sequence[int], int], np.ndarray]
 class Aggregation:
     """One aggregation method: its run-config name, a loader of its server step (an `Aggregator`,
     `strategies.aggregation.types`, bound with ``settings.server_keywords``), its settings, a loader
-    of its client hook factory (``(client_app.hooks.TrainStep, settings) -> ClientHook | None``;
+    of its client hook factory (``(methods.hooks.TrainStep, settings) -> ClientHook | None``;
     None: plain local training) and what it needs of the model and the run config."""
 
     name: str

@@ -16,7 +16,7 @@ from __future__ import annotations
 import re
 import time
 import tomllib
-from collections.abc import Iterable, Mapping, Sequence
+from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field, fields
 from pathlib import Path
 
@@ -298,12 +298,6 @@ def parse_groups(value: str, key: str = "client-groups") -> list[int]:
     if not all(p.isdigit() for p in parts):
         raise ConfigError(f"{key} = {value!r} must list group ids (ints >= 0), comma-separated")
     return [int(p) for p in parts]
-
-
-def group_of(partition_id: int, groups: Sequence[int]) -> int:
-    """The group of a partition: ``client-groups`` (`parse_groups`) cycled like ``budgets``; 0
-    where none is set."""
-    return int(groups[partition_id % len(groups)]) if groups else 0
 
 
 def parse_model_sizes(value: str, model: str, key: str = "model-sizes") -> list[str]:

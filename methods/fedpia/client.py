@@ -1,6 +1,6 @@
 """FedPIA's client-level PIA in the ClientApp's train step (math: `methods.fedpia.combine`).
 
-FedPIA's client hook (`client_app.hooks`, named by its registry entry in `methods`): on when
+FedPIA's client hook (`methods.hooks`, named by its registry entry in `methods`): on when
 ``fedpia-level`` is ``both`` or ``client`` and the adapter is LoRA. For the layers this client
 trains this round: its own adapter from its last round (stored with its personal state,
 `client_app.personal`, so a resumed or restarted client finds it; the global adapter where it has
@@ -17,10 +17,9 @@ from typing import Any
 import numpy as np
 
 import tasks
-from client_app.hooks import ClientHook, TrainStep
-from client_app.personal import load_local_adapters
 from methods.fedpia import combine as client_pia
 from methods.fedpia.settings import FedPiaSettings
+from methods.hooks import ClientHook, TrainStep
 from strategies.records import State, select_layers
 
 
@@ -52,7 +51,7 @@ def start(step: TrainStep, settings: FedPiaSettings) -> PiaRound | None:
     setup = step.setup
     if not uses_client_pia(setup.config.adapter, settings) or not len(step.layers):
         return None
-    stored = load_local_adapters(step.context, step.run_dir, before=step.server_round)
+    stored = step.own_adapters()
     received = select_layers(step.received, step.layers)
     local = {key: stored.get(key, value) for key, value in received.items()}
     rng = np.random.default_rng([setup.config.seed, step.server_round, setup.partition_id, 14])

@@ -12,10 +12,10 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 
-from settings.config import group_of
 from strategies.aggregation.masked import masked_fedavg
 from strategies.aggregation.types import Aggregate, ClientUpdate
 from strategies.records import State
+from tasks.data.partition import group_of
 
 
 def group_of_update(update: ClientUpdate, groups: Sequence[int]) -> int:

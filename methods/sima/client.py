@@ -1,4 +1,4 @@
-"""SIMA's client hook (`client_app.hooks`): the decayed-gradient tracker of Eq. 4 on the shared frozen
+"""SIMA's client hook (`methods.hooks`): the decayed-gradient tracker of Eq. 4 on the shared frozen
 model (the ``base``-size model without adapters, one seeded copy per process), continuing from the
 vector this client stored with its personal state in an earlier round (kill-safe and resumable
 like the head, `client_app.personal`)."""
@@ -12,7 +12,7 @@ from typing import Any
 import numpy as np
 
 import tasks
-from client_app.hooks import ClientHook, TrainStep
+from methods.hooks import ClientHook, TrainStep
 from methods.sima.settings import VECTOR as SIMA_VECTOR
 from methods.sima.settings import SimaSettings
 from methods.sima.tracker import SimaTracker

@@ -41,6 +41,7 @@ partitioner expresses it:
 from __future__ import annotations
 
 import math
+from collections.abc import Sequence
 from dataclasses import dataclass
 
 import numpy as np
@@ -217,3 +218,9 @@ def _repair(parts: Cut) -> Cut:
             parts[client] = parts[donor][-1:]
             parts[donor] = parts[donor][:-1]
     return parts
+
+
+def group_of(partition_id: int, groups: Sequence[int]) -> int:
+    """The group of a partition: run config ``client-groups`` (one group id per partition id, parsed
+    by `settings.config.parse_groups`) cycled like ``budgets``; 0 where none is set."""
+    return int(groups[partition_id % len(groups)]) if groups else 0

@@ -73,7 +73,7 @@ def echo(global_state, updates, *, scale: float):
     return masked_fedavg(global_state, updates)
 ''',
     "client.py": '''
-from client_app.hooks import ClientHook
+from methods.hooks import ClientHook
 from methods.echo import SEEN
 
 

@@ -18,7 +18,8 @@ from pathlib import Path
 
 import numpy as np
 
-from settings.config import group_of, parse_groups
+from settings.config import parse_groups
+from tasks.data.partition import group_of
 from strategies.aggregation.sima import TAU, client_weights, similarity_matrix
 
 

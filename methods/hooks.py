@@ -1,5 +1,6 @@
 """The client-hook protocol: a method's work in one train step, called by `client_app.app.train`
-without knowing which method runs.
+without knowing which method runs. It lives with the methods, below the ClientApp that calls it, so
+a method package imports nothing of the app.
 
 An aggregation's registry entry (`methods.base.Aggregation.client`) loads a factory
 ``(TrainStep, settings) -> ClientHook | None``; None (or no factory) is plain local training. The
@@ -18,24 +19,23 @@ from dataclasses import dataclass
 from typing import Any
 
 import numpy as np
-from flwr.app import Context
 
-from client_app.runtime import ClientSetup
 from strategies.records import State
 
 
 @dataclass(frozen=True)
 class TrainStep:
-    """What a hook sees of one train message: the client, the global adapters as received (the model
-    holds them), its stored personal state (with a method's own entries), the layers it trains."""
+    """What a hook sees of one train message: the client (``setup``, `client_app.runtime.ClientSetup`:
+    its run config, model, partition), the global adapters as received (the model holds them), its
+    stored personal state (with a method's own entries), the layers it trains, and ``own_adapters``,
+    which reads the client's own adapters kept with its newest personal state of an earlier round."""
 
-    setup: ClientSetup
-    context: Context
+    setup: Any
     received: State
     stored: State
     layers: Sequence[int]
-    run_dir: str
     server_round: int
+    own_adapters: Callable[[], State]
 
 
 class ClientHook:
@@ -53,11 +53,3 @@ class ClientHook:
         """(arrays to upload, local adapters to keep or None) from the trained adapters; may add
         entries to the personal state to store and to the reply metrics."""
         return upload, None
-
-
-def client_hook(step: TrainStep) -> ClientHook:
-    """The hook of this run's aggregation (its registry entry's factory), or the plain base."""
-    config = step.setup.config
-    factory = config.method.client
-    hook = factory()(step, config.method_settings) if factory else None
-    return hook if hook is not None else ClientHook()
