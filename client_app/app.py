@@ -21,7 +21,7 @@ from client_app.replies import check_mask, error_replies, released_only
 from client_app.runtime import ClientSetup, client_setup, load_global, reported_budget, resolve_budget
 from client_app.worker import site_mod
 from methods.hooks import ClientHook, TrainStep
-from methods.privacy import Budget
+from privacy import Budget
 from settings import ConfigError, RunConfig
 from strategies.records import IDENTITY, REGISTERED_SITE, RUNTIME, from_record, runtime_record, to_record
 from tasks.lntk_pieces import TrainingStep
@@ -108,7 +108,7 @@ def evaluate(msg: Message, context: Context) -> Message:
     ``score`` for round ``server-round`` + 1 unless that is "none" (the scoring batch is seeded by
     that round, as when scores had a message of their own). Every reply carries the budget,
     example count and Flower version (record "scores"; all-zero eigenvalues when not scored). Under
-    ``dp = "sample"`` the scores are a private release (`methods.privacy.sample`), withheld when it
+    ``dp = "sample"`` the scores are a private release (`privacy.sample`), withheld when it
     would pass the site's budget."""
     setup = client_setup(context)
     config = msg.content["config"]
@@ -154,7 +154,7 @@ def evaluate(msg: Message, context: Context) -> Message:
 
 
 def _allowance(setup: ClientSetup, context: Context, run_dir: str) -> Budget:
-    """This site's privacy budget (`methods.privacy.Budget`) with its ledger, the one the site keeps
+    """This site's privacy budget (`privacy.Budget`) with its ledger, the one the site keeps
     where its node config says (`client_app.node.ledger_file`: every run on its data adds to it)
     and capped by the ε it pins; ConfigError for a δ the site cannot honour or passes its pin."""
     try:

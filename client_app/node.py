@@ -17,6 +17,7 @@ from pathlib import Path
 from typing import ClassVar
 
 from methods.base import check_value
+from privacy.settings import PrivacySettings
 from settings import (
     Budget,
     ConfigError,
@@ -29,7 +30,6 @@ from settings import (
 )
 from settings.config import check_dataset, check_device_name, parse_model_sizes
 from settings.local import FOLDER_DATASETS
-from settings.privacy import PrivacySettings
 from tasks.names import CLIENT_ID
 
 NODE = "node config"
@@ -156,7 +156,7 @@ def _site(node: Mapping) -> str:
 
 def _pin(node: Mapping) -> PrivacyPin:
     """The ``dp-*`` keys this node config pins (`PrivacyPin`), each checked as its run-config key is
-    (`settings.privacy.PrivacySettings`'s declaration)."""
+    (`privacy.settings.PrivacySettings`'s declaration)."""
     values = {}
     for f in fields(PrivacySettings):
         key = f.metadata["key"]

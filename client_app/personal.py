@@ -15,7 +15,7 @@ therefore repeats round r from the round r-1 head, exactly as the first time, in
 an already-trained head again. Writes go to a temporary file first and are then renamed, so a crash
 never leaves a torn file.
 
-A ``dp = "sample"`` site's ledger of privacy releases (`methods.privacy.sample`) is one file that only
+A ``dp = "sample"`` site's ledger of privacy releases (`privacy.sample`) is one file that only
 grows: a release that happened is never taken back, so a repeated round or a re-scored round counts
 again. A site keeps it where its node config says (``privacy-dir``, else ``state-dir``/privacy, one
 file per data set: `client_app.node.ledger_file`), so every run on its data adds to the same ε,
@@ -115,7 +115,7 @@ def _stale(stored: dict[int, str], server_round: int) -> list[str]:
 
 
 def load_ledger(context: Context, run_dir: str = "", site: Path | None = None) -> np.ndarray:
-    """The site's privacy ledger (rows σ, q, count; `tasks.privacy.HISTORY_COLUMNS`), empty if none:
+    """The site's privacy ledger (rows σ, q, count; `privacy.mechanisms.HISTORY_COLUMNS`), empty if none:
     the file ``site`` where the site's node config says where (`client_app.node.ledger_file`), else
     the one of this run (simulation). A run checkpointed before the ledger existed kept its history
     in the personal state (``dp-history``); that history is read instead, so a resumed run goes on

@@ -47,7 +47,7 @@ def error_replies(msg: Message, context: Context, call_next: Callable[[Message, 
 def released_only(msg: Message, context: Context, call_next: Callable[[Message, Context], Message]
                   ) -> Message:
     """Flower mod: every metric record of every reply (train, evaluate, scores, a round sat out)
-    passes the privacy mode's one allow-list (`methods.privacy.base.Privacy.allows`); what it does
+    passes the privacy mode's one allow-list (`privacy.base.Privacy.allows`); what it does
     not allow is logged here and never leaves the site."""
     reply = call_next(msg, context)
     if reply.has_error():

@@ -109,7 +109,7 @@ def load_global(
 ) -> dict[str, np.ndarray]:
     """Load the global adapters and this client's own newest personal state from a round < `before`;
     return that stored state (with the entries that are no model parameter, which a method's client
-    hook or `methods.privacy.sample` keep there)."""
+    hook or `privacy.sample` keep there)."""
     tasks.set_layer_state(setup.model, state)
     personal = load_personal(context, run_dir, before=before) or setup.initial_personal
     parameters = set(tasks.personal_parameter_names(setup.model))

@@ -42,7 +42,7 @@ from experiments.privacy_sample import comparisons
 from experiments.report import mean_std, plus_minus, pyplot, save_figure
 
 if TYPE_CHECKING:
-    from methods.privacy.client import ClientAccountant
+    from privacy.client import ClientAccountant
 
 SETTING = {
     "model": "tiny-vilt", "dataset": "synthetic", "partitioner": "iid", "strategy": "last",
@@ -89,7 +89,7 @@ def read_run(run_dir: Path) -> list[dict]:
 
 def accountant_of(config: dict[str, object], num_clients: int) -> ClientAccountant | None:
     """The accountant a run's server settles before round 1 (its privacy mode's,
-    `methods.privacy.client.ClientAccountant`: z, δ and ε per round); None where it accounts nothing."""
+    `privacy.client.ClientAccountant`: z, δ and ε per round); None where it accounts nothing."""
     from settings import RunConfig
 
     parsed = RunConfig.from_mapping(config)

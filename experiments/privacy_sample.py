@@ -11,7 +11,7 @@ One sweep per ε on the same benchmark, ε = ∞ being ``dp = "none"`` (docs/res
 
 Printed: a markdown row per experiment (target ε, seeds, overall accuracy, majority-answer accuracy,
 uplink MB and training seconds per round, mean ± sample std over seeds, and the largest ε any
-client reported spending, `methods.privacy.sample`, beside the largest ε of any site's own ledger by
+client reported spending, `privacy.sample`, beside the largest ε of any site's own ledger by
 Opacus's PRV accountant and by RDP, `ledger_epsilons`), then the per-seed paired differences of overall
 accuracy against the first experiment with their 95 % t interval (`experiments.paired`; 2 or
 more common seeds). ``--csv``: one line per run, the values the table summarises.
@@ -49,14 +49,14 @@ def spent(run: Run) -> float:
 
 def ledger_epsilons(run: Run) -> dict[str, float]:
     """The largest ε any site of ``run`` spent, by Opacus's PRV accountant (Gopi et al. 2021) and by
-    RDP (`tasks.privacy.epsilon_spent`), each composing the site's own ledger (every release it made:
+    RDP (`privacy.mechanisms.epsilon_spent`), each composing the site's own ledger (every release it made:
     a round's DP-SGD steps, a score vector) at the δ it reported; 0 without per-sample DP.
     Independent of the PLD ε the run records. NaN where it cannot be told: a site spent ε but its
     ledger is not in the run folder (a deployed site keeps it under its state-dir), or a site with a
     ledger never reported its δ."""
     from safetensors.numpy import load_file
 
-    from tasks.privacy import epsilon_spent
+    from privacy.mechanisms import epsilon_spent
 
     deltas = {int(r["partition-id"]): float(r["train"]["dp-delta"]) for r in run.clients
               if r.get("train") and "dp-delta" in r["train"]}

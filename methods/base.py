@@ -114,7 +114,7 @@ class Aggregation:
     client_dp_refusal: str = "its server step is not declared a per-array mean of the updates"
     """Why ``dp = "client"`` cannot wrap its server step, one line; empty: it can, the step returning
     each array's example-weighted mean over the clients that sent it and no per-client models
-    (`methods.privacy.dp_fedavg`)."""
+    (`privacy.dp_fedavg`)."""
 
     def check(self, adapter: str, groups: Sequence[int]) -> None:
         """ValueError naming the setting the run lacks for this method."""

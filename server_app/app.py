@@ -13,7 +13,7 @@ from flwr.serverapp import Grid, ServerApp
 import tasks
 from flower_compat import FlowerVersionError, check_version
 from methods import make_rule
-from methods.privacy.client import ClientAccountant
+from privacy.client import ClientAccountant
 from server_app.results import Recorder, load_checkpoint
 from settings import ConfigError, RunConfig, check_budgets, check_model_here
 from settings.sites import read_registry, registry_of
@@ -122,14 +122,14 @@ def answer_count(config: RunConfig) -> int:
 
 def aggregator_for(config: RunConfig, accountant: ClientAccountant | None = None) -> Aggregator:
     """The run's aggregator: its registry entry's server step bound with the method's own settings
-    (`methods.base.Aggregation.server_step`), made what the privacy mode needs (`methods.privacy`:
+    (`methods.base.Aggregation.server_step`), made what the privacy mode needs (`privacy`:
     DP-FedAvg with the accountant's noise multiplier for ``dp = "client"``)."""
     step = config.method.server_step(config.method_settings, config)
     return config.privacy.component.aggregator(step, config, accountant)
 
 
 def plan_privacy(config: RunConfig, grid: Grid) -> ClientAccountant | None:
-    """The privacy mode's server accountant (`methods.privacy`; ``dp = "client"``: δ, the noise
+    """The privacy mode's server accountant (`privacy`; ``dp = "client"``: δ, the noise
     multiplier and the ε cap settled before round 1, ConfigError for a δ or cap that cannot hold),
     n the sites connected now, at least ``min-nodes``; None where the server accounts nothing."""
     sites = max(config.min_nodes, len(list(grid.get_node_ids())))

@@ -4,7 +4,7 @@ Files:
 - ``config.json``: the validated run config, layer names, strategy;
 - ``rounds.jsonl``: one line per round: weighted metrics, phase seconds, message exchanges and
   messages sent, bytes, rejections, and the ``epsilon`` spent after it: with ``dp = "client"`` every
-  site's (`methods.privacy.client`, PLD; ``epsilon-rdp`` beside it), with ``dp = "sample"`` the most any
+  site's (`privacy.client`, PLD; ``epsilon-rdp`` beside it), with ``dp = "sample"`` the most any
   client has spent; round 0 is
   the initial adapters' evaluation (nothing trained);
 - ``clients.jsonl``: one line per client per round: eigenvalues, scores, budget, mask, bytes
@@ -18,7 +18,7 @@ Files:
   and its files;
   ``adapters.safetensors``: the final global adapters;
 - ``stopped.json``: only for a run that ended before its last round by design (its privacy budget
-  spent, `methods.privacy.client`): the last round run and why, so the run counts as finished.
+  spent, `privacy.client`): the last round run and why, so the run counts as finished.
 
 The checkpoint is atomic as a set: a round's adapter files get new names, ``state.json`` is
 replaced (``os.replace``) only once they are all written, and the previous round's files are

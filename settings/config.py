@@ -23,9 +23,9 @@ from pathlib import Path
 import methods
 from metaheuristics.names import SEARCHES
 from methods.base import Aggregation, MethodSettings, Selection, check_value
+from privacy.settings import PrivacySettings
 from settings.budgets import parse_budgets
 from settings.errors import ConfigError
-from settings.privacy import PrivacySettings
 from settings.sections import EvaluationSettings, FederationSettings, ScoringSettings, TrainingSettings
 from tasks.data import registry as data_registry
 from tasks.data.mixed import PREFIX as MIXED_PREFIX
@@ -145,7 +145,7 @@ class RunConfig:
     @staticmethod
     def owners() -> tuple[type[MethodSettings], ...]:
         """Every settings class beside the run-wide keys: the methods' (`methods.owners`) and
-        differential privacy's (`settings.privacy`), local training's, scoring's, evaluation's and
+        differential privacy's (`privacy.settings`), local training's, scoring's, evaluation's and
         the federation's (`settings.sections`), each owning its keys."""
         return (*methods.owners(), PrivacySettings, TrainingSettings, ScoringSettings, EvaluationSettings,
                 FederationSettings)
@@ -204,7 +204,7 @@ class RunConfig:
 
     @property
     def privacy(self) -> PrivacySettings:
-        """The ``dp-*`` settings (`settings.privacy`)."""
+        """The ``dp-*`` settings (`privacy.settings`)."""
         return self.settings_of(PrivacySettings)
 
     @property

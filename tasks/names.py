@@ -36,7 +36,7 @@ CLIENT_ID = re.compile(r"[A-Za-z0-9._-]{1,64}")
 """A client id: a site's name (node config ``site``) or ``partition-<id>``; safe in a file name."""
 DP_SAT_OUT: str = "dp-sat-out"
 """Train- or scores-reply metric (1) of a ``dp = "sample"`` site that sits a round out or withholds
-its scores: one more release would pass its ``dp-epsilon`` (`methods.privacy.sample`)."""
+its scores: one more release would pass its ``dp-epsilon`` (`privacy.sample`)."""
 
 
 def parse_name(value: object, names: Iterable[str], kind: str, empty: bool = False) -> tuple[str, str]:

@@ -10,9 +10,10 @@ the federated state; at the paper's lr 1e-4 a random linear head moves too littl
 local steps to fit the client's answers, so it may get its own (larger) learning rate. None uses
 `lr` for everything (the paper's setting).
 
-privacy: with a `tasks.privacy.SamplePlan` (``dp = "sample"``) the same parameters train by
-DP-SGD: Poisson batches of rate q instead of the permutation batches, Opacus's per-example
-gradients of `FederatedVLM.sample_losses`, clipped and noised by its `DPOptimizer` (`tasks.privacy`).
+privacy: with a DP-SGD plan (``dp = "sample"``, `privacy.mechanisms.SamplePlan`: it draws the
+batches and makes the optimiser, so this module imports nothing of privacy) the same parameters
+train by DP-SGD: Poisson batches of rate q instead of the permutation batches, Opacus's per-example
+gradients of `FederatedVLM.sample_losses`, clipped and noised by its `DPOptimizer`.
 
 `round_lr` is §C.3's schedule per communication round: linear warm-up over the first
 ceil(warmup_frac · num_rounds) rounds, then linear decay (following [11]'s linear schedule).
@@ -26,7 +27,7 @@ from __future__ import annotations
 import math
 from collections.abc import Callable, Sequence
 from contextlib import nullcontext
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any
 
 import numpy as np
 import torch
@@ -40,7 +41,6 @@ from tasks.adapters import (
 )
 from tasks.device import resolve_device
 from tasks.models.base import FederatedVLM
-from tasks.privacy import SamplePlan, empty_step, fresh_rng, poisson_batches, private_optimizer
 
 if TYPE_CHECKING:
     from tasks.data import Sample
@@ -62,7 +62,7 @@ def train(
     seed: int = 0,
     device: str = "cpu",
     on_batch: Callable[[int, list[Sample]], None] | None = None,
-    privacy: SamplePlan | None = None,
+    privacy: Any = None,
     physical_batch: int = 0,
     master_weights: bool = True,
 ) -> dict[str, float]:
@@ -104,9 +104,8 @@ def train(
         order = _batches(len(samples), steps, batch_size, seed)
         private = nullcontext(optimizer)
     else:
-        # from the OS's entropy, not the seed: batches the server could redraw reveal who was in them
-        order = poisson_batches(len(samples), steps, privacy.sample_rate, fresh_rng())
-        private = private_optimizer(model, optimizer, privacy, len(samples)) if optimizer else nullcontext()
+        order = privacy.batches(len(samples), steps)
+        private = privacy.optimizer(model, optimizer, len(samples)) if optimizer else nullcontext()
     losses = []
     model.train()
     cuda = [model.device.index or 0] if model.device.type == "cuda" else []
@@ -115,7 +114,7 @@ def train(
         for step, idx in enumerate(order):
             if len(idx) == 0:  # an empty Poisson batch (privacy only): a step of noise alone
                 if optimizer is not None:
-                    empty_step(optimizer)
+                    privacy.empty_step(optimizer)
                 continue
             chosen_samples = [samples[i] for i in idx]
             if on_batch is not None:

@@ -56,7 +56,7 @@ class RoundLog:
 
     def sit_out(self, node_id: int, metrics: dict) -> None:
         """Record a client that sat the round out to stay within its privacy budget (``dp =
-        "sample"``, `methods.privacy.sample`); one log line, not a rejection."""
+        "sample"``, `privacy.sample`); one log line, not a rejection."""
         self.sat_out[node_id] = metrics
         log(INFO, "round %d: node %d sits out: one more round would spend ε %.3f, over its dp-epsilon %.3f "
             "(spent %.3f)", self.server_round, node_id, metrics.get("dp-epsilon-next", float("nan")),

@@ -128,7 +128,7 @@ class FederatedVLM(nn.Module):
 
     def sample_losses(self, logits: torch.Tensor, labels: torch.Tensor) -> torch.Tensor:
         """(B,): each example's own loss, which no other example of the batch changes (DP-SGD's
-        per-example gradients, `tasks.privacy`); `loss` is their mean."""
+        per-example gradients, `privacy.mechanisms`); `loss` is their mean."""
         if self.task == "vqa":
             return F.cross_entropy(logits, labels, reduction="none")
         return F.binary_cross_entropy_with_logits(logits, labels.to(logits.dtype), reduction="none").mean(1)

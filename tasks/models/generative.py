@@ -260,7 +260,7 @@ class GenerativeVLM(FederatedVLM):
     def sample_losses(self, logits: torch.Tensor, labels: torch.Tensor) -> torch.Tensor:
         """(B,): each example's mean cross-entropy over its own answer tokens. `loss` averages over
         all answer tokens of the batch, which weights an example by its share of the batch's
-        tokens, so the per-example gradients of DP-SGD (`tasks.privacy`) use this instead."""
+        tokens, so the per-example gradients of DP-SGD (`privacy.mechanisms`) use this instead."""
         token = F.cross_entropy(logits[:, :-1].transpose(1, 2).float(), labels[:, 1:], ignore_index=IGNORE,
                                 reduction="none")
         counted = (labels[:, 1:] != IGNORE).sum(1).clamp(min=1)

@@ -46,7 +46,7 @@ class Positions(nn.Module):
     """Learned position embeddings of the visual tokens, added to them. A module rather than a bare
     parameter of the model: Opacus computes per-example gradients module by module, and a parameter
     held by the whole model would make it differentiate the whole forward pass per example
-    (dp = "sample", `tasks.privacy`)."""
+    (dp = "sample", `privacy.mechanisms`)."""
 
     def __init__(self, tokens: int, width: int) -> None:
         super().__init__()

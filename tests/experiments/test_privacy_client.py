@@ -11,7 +11,7 @@ import pytest
 
 from experiments import privacy_client
 from experiments.privacy_client import main, run_config, sites_table, summary, tables, write_csv
-from methods.privacy.client import ClientAccountant
+from privacy.client import ClientAccountant
 
 
 def test_each_target_epsilon_is_a_dp_setting_and_infinity_is_no_dp(tmp_path):

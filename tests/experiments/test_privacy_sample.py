@@ -8,7 +8,7 @@ import pytest
 from safetensors.numpy import save_file
 
 from experiments.privacy_sample import main, per_round, read_csv, report, rows
-from tasks.privacy import epsilon_spent
+from privacy.mechanisms import epsilon_spent
 
 
 def _run(root: Path, seed: int, accuracy: float, epsilon: float | None) -> None:

@@ -1,4 +1,4 @@
-"""The ``dp-*`` keys: owned by `settings.privacy.PrivacySettings`, checked in one line each."""
+"""The ``dp-*`` keys: owned by `privacy.settings.PrivacySettings`, checked in one line each."""
 
 import pytest
 

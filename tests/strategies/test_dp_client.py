@@ -1,5 +1,5 @@
 """dp = "client" (issue 39 item 2): DP-FedAvg's clipping and per-array noise
-(`methods.privacy.dp_fedavg`), its ε (`methods.privacy.client`) against dp-accounting called here on its
+(`privacy.dp_fedavg`), its ε (`privacy.client`) against dp-accounting called here on its
 own, the budget stop, and the one-line refusals before round 1."""
 
 from __future__ import annotations
@@ -16,12 +16,12 @@ from scipy import stats
 from client_app.app import app as client_app
 from experiments.sweep import incomplete
 from flower_compat.inprocess import InProcessGrid
-from methods.privacy.client import ClientAccountant
-from methods.privacy.dp_fedavg import clip_update, update_norm, with_client_dp
+from privacy.client import ClientAccountant
+from privacy.dp_fedavg import clip_update, update_norm, with_client_dp
+from privacy.settings import PrivacySettings
 from server_app.app import aggregator_for
 from server_app.app import app as server_app
 from settings import ConfigError, RunConfig, default_config
-from settings.privacy import PrivacySettings
 from strategies.aggregation import ClientUpdate
 from strategies.aggregation.masked import masked_fedavg
 from strategies.records import from_record

@@ -32,7 +32,7 @@ from client_app.app import app as client_app
 from client_app.runtime import client_setup
 from flower_compat.inprocess import InProcessGrid
 from methods import make_rule
-from methods.privacy import Budget
+from privacy import Budget
 from server_app.app import app as server_app
 from server_app.app import build_strategy, plan_run
 from server_app.results import Recorder

@@ -6,7 +6,6 @@ from __future__ import annotations
 
 import contextlib
 import copy
-import importlib
 import io
 import json
 import math
@@ -18,10 +17,8 @@ from torch import nn
 
 import run_simulation
 import tasks
-from settings import ConfigError, RunConfig, default_config
-from tasks.adapters import freeze_except, personal_parameter_names
-from tasks.names import DP_SAT_OUT
-from tasks.privacy import (
+from privacy import mechanisms
+from privacy.mechanisms import (
     SamplePlan,
     empty_step,
     epsilon_spent,
@@ -32,6 +29,9 @@ from tasks.privacy import (
     refusal,
     resolve_delta,
 )
+from settings import ConfigError, RunConfig, default_config
+from tasks.adapters import freeze_except, personal_parameter_names
+from tasks.names import DP_SAT_OUT
 from tests.helpers.gaussian_dp import exact_gaussian_epsilon
 from tests.helpers.inprocess import Simulator
 from tests.helpers.prepared import prepared_model
@@ -284,7 +284,7 @@ def test_two_private_runs_with_the_same_seed_differ_and_draw_different_batches()
     (a, first), (b, second) = run(dp), run(dp)
     assert not np.array_equal(first, second)
     assert a["dp-noise-norm"] != b["dp-noise-norm"]
-    batches = [poisson_batches(12, 20, 0.5, tasks.privacy.fresh_rng()) for _ in range(2)]
+    batches = [poisson_batches(12, 20, 0.5, mechanisms.fresh_rng()) for _ in range(2)]
     assert any(not np.array_equal(x, y) for x, y in zip(*batches, strict=True))
     (_, plain), (_, again) = run(None), run(None)
     np.testing.assert_array_equal(plain, again)
@@ -338,9 +338,9 @@ def test_private_training_on_fixed_batches_adds_fresh_noise_to_the_same_clipped_
     partition = tasks.load_partition("synthetic", 0, 1, "iid", seed=0, max_train=6, max_test=2)
     samples, mask = partition.train, np.array([True, False, False, False])
     dp = SamplePlan(noise_multiplier=1.5, clip=0.2, sample_rate=1.0, delta=1e-3, epsilon=1.0)
-    monkeypatch.setattr(importlib.import_module("tasks.train"), "poisson_batches",
+    monkeypatch.setattr(mechanisms, "poisson_batches",
                         lambda n, steps, rate, rng: [np.arange(n) for _ in range(steps)])
-    meter = tasks.privacy._noise_meter()
+    meter = mechanisms._noise_meter()
     add_noise = meter.add_noise
     captured: list[tuple[torch.Tensor, torch.Tensor]] = []
 

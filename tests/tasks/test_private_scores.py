@@ -9,11 +9,11 @@ import pytest
 import torch
 
 import tasks
+from privacy.mechanisms import SamplePlan, epsilon_spent, fresh_rng, noise_scores, plan
 from settings import ConfigError, RunConfig, default_config
 from tasks.adapters import layer_parameter_names
 from tasks.lntk import clip_grams, layer_scores
 from tasks.names import BASELINE_SCORERS, DP_SAT_OUT
-from tasks.privacy import SamplePlan, epsilon_spent, fresh_rng, noise_scores, plan
 
 
 def _model_and_samples(n: int = 4):

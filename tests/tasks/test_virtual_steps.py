@@ -9,8 +9,8 @@ import pytest
 import torch
 
 import tasks
+from privacy.mechanisms import SamplePlan, _noise_meter
 from tasks.data.validation import hold_out
-from tasks.privacy import SamplePlan, _noise_meter
 from tests.helpers.prepared import prepared_model
 
 LAYERS = {"tiny-vilt": [0, 2], "tiny-llava": [0, 1]}

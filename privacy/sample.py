@@ -1,14 +1,14 @@
 """``dp = "sample"``: DP-SGD on every site (Abadi et al. 2016), one training example the unit.
 
-The site's plan (`tasks.privacy.plan`): σ for ``dp-epsilon`` over ``dp-rounds`` (default every
+The site's plan (`privacy.mechanisms.plan`): σ for ``dp-epsilon`` over ``dp-rounds`` (default every
 round) × ``local-steps`` at q = ``batch-size`` / n and, when the run's selection rule scores layers
-by LNTK, one Gaussian release of the per-layer λ₁ a round (`tasks.privacy.noise_scores`: on a
+by LNTK, one Gaussian release of the per-layer λ₁ a round (`privacy.mechanisms.noise_scores`: on a
 Poisson batch of expected size ``score-batch-size``, each example's Jacobian clipped to
 ``dp-clip``), whose noise alone would spend ``dp-score-share`` of ε;
 both compose into the one ε. The plan depends only on the run config and n, so every message
 recomputes the same one. What the site has spent is its history, one row (σ, q, count) per
 release (a round's steps, a score vector), kept on the site (`client_app.personal` ledger, never
-sent) and composed by PLD (`tasks.privacy.epsilon_spent`; RDP's ε recorded beside it). A train
+sent) and composed by PLD (`privacy.mechanisms.epsilon_spent`; RDP's ε recorded beside it). A train
 message whose steps would pass ``dp-epsilon`` is answered without training (``dp-sat-out = 1``,
 the ε spent and the ε it would have reached), and scores that would pass it are withheld the same
 way; the server logs one line and records it.
@@ -25,9 +25,8 @@ from typing import Any
 
 import numpy as np
 
-from methods.privacy.base import Budget, Privacy
-from tasks.names import DP_SAT_OUT, LNTK
-from tasks.privacy import (
+from privacy.base import Budget, Privacy
+from privacy.mechanisms import (
     SamplePlan,
     epsilon_spent,
     fresh_rng,
@@ -36,6 +35,7 @@ from tasks.privacy import (
     poisson_batches,
     resolve_delta,
 )
+from tasks.names import DP_SAT_OUT, LNTK
 
 EPSILON = "dp-epsilon"  # reply metric: ε this client has spent after the round (cumulative)
 RELEASED = frozenset({"num-examples", "partition-id", "budget", "eigenvalues", EPSILON, "dp-epsilon-rdp",
@@ -134,7 +134,7 @@ class SamplePrivacy(Privacy):
                              "only 'loss' clips a sample's Jacobian for the scores' private release")
 
     def check_model(self, model: Any) -> None:
-        from tasks.privacy import refusal
+        from privacy.mechanisms import refusal
 
         why = refusal(model)
         if why:

@@ -5,17 +5,17 @@ from ``dp-epsilon``/``dp-delta`` over the planned rounds × local steps. ``dp = 
 (a whole site is the unit): each client clips its update to ``dp-clip``, the server adds Gaussian noise
 of standard deviation z × ``dp-clip`` to each array's sum, z = ``dp-noise`` or, when that is 0, the z
 whose planned rounds spend ``dp-epsilon``; the run stops before a round whose ε would pass
-``dp-max-epsilon`` (0: ``dp-epsilon``), see `methods.privacy.client`. A privacy setting is not a method:
+``dp-max-epsilon`` (0: ``dp-epsilon``), see `privacy.client`. A privacy setting is not a method:
 it pairs with every selection rule and aggregation that can honour it, so it has its own settings
-class beside the methods' (`RunConfig.owners`); each mode is one component, `methods.privacy`."""
+class beside the methods' (`RunConfig.owners`); each mode is one component, `privacy`."""
 
 from __future__ import annotations
 
 from dataclasses import dataclass
 
 from methods.base import MethodSettings, setting
-from methods.privacy import MODES, Privacy
-from methods.privacy import mode as privacy_mode
+from privacy import MODES, Privacy
+from privacy import mode as privacy_mode
 
 
 @dataclass(frozen=True)
@@ -41,7 +41,7 @@ class PrivacySettings(MethodSettings):
                                  help="sample: share of dp-epsilon whose noise the LNTK scores' releases get")
     """``sample`` with a rule that scores by LNTK: the multiplier of the scores' Gaussian noise is the
     one whose releases alone would spend this share of ``dp-epsilon``; DP-SGD's σ is then planned so
-    that both together spend ``dp-epsilon`` (`tasks.privacy.plan`)."""
+    that both together spend ``dp-epsilon`` (`privacy.mechanisms.plan`)."""
     rounds: int = setting(0, "dp-rounds", low=0,
                           help="sample: rounds the noise is planned for (0 = num-server-rounds)")
     """``sample``: the rounds each client's noise is planned for (0 = ``num-server-rounds``); a client
@@ -50,5 +50,5 @@ class PrivacySettings(MethodSettings):
 
     @property
     def component(self) -> Privacy:
-        """The mode's component (`methods.privacy`): what the apps call instead of testing ``mode``."""
+        """The mode's component (`privacy`): what the apps call instead of testing ``mode``."""
         return privacy_mode(self.mode)

@@ -35,7 +35,7 @@ from __future__ import annotations
 import secrets
 import warnings
 from collections.abc import Iterator, Sequence
-from contextlib import contextmanager
+from contextlib import AbstractContextManager, contextmanager
 from dataclasses import dataclass
 from functools import lru_cache
 from typing import TYPE_CHECKING
@@ -87,6 +87,21 @@ class SamplePlan:
     def expected_batch(self, n: int) -> int:
         """q · n, the divisor of the noised sum (Opacus's ``expected_batch_size``)."""
         return max(1, round(self.sample_rate * n))
+
+    def batches(self, n: int, steps: int) -> list[np.ndarray]:
+        """``steps`` Poisson batches of ``n`` examples at rate q, drawn from the operating system's
+        entropy: batches the server could redraw from the seed would reveal who was in them."""
+        return poisson_batches(n, steps, self.sample_rate, fresh_rng())
+
+    def optimizer(self, model: nn.Module, optimizer: torch.optim.Optimizer, n: int
+                  ) -> AbstractContextManager[torch.optim.Optimizer]:
+        """``optimizer`` made DP-SGD under this plan (`private_optimizer`)."""
+        return private_optimizer(model, optimizer, self, n)
+
+    @staticmethod
+    def empty_step(optimizer: torch.optim.Optimizer) -> None:
+        """A step of noise alone, for an empty Poisson batch (`empty_step`)."""
+        empty_step(optimizer)
 
 
 ACCOUNTANTS = ("pld", "rdp", "prv")

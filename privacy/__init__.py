@@ -1,5 +1,7 @@
-"""Differential privacy as one component per ``dp`` mode, paired with any selection rule and
-aggregation that can honour it.
+"""Differential privacy, all of it in this package: its settings (`privacy.settings`), one component
+per ``dp`` mode paired with any selection rule and aggregation that can honour it, DP-FedAvg
+(`privacy.dp_fedavg`) and the mechanisms and accountants (`privacy.mechanisms`). It sits above the
+methods (it declares its keys as they do, `methods.base.setting`) and below the run config.
 
 A mode's object does what the mode asks of a run, so the apps call it and never test the mode's
 name. On the server it checks the run config (`Privacy.check`) and the built model
@@ -9,19 +11,19 @@ has spent, whether a round or a score release still fits, the DP-SGD plan), clip
 sends (`clip`) and drops from every reply what ε does not cover (`release`).
 
 - ``none`` (`Privacy`): nothing is protected, every reply goes as it is.
-- ``sample`` (`methods.privacy.sample`): DP-SGD on every site, one training example the unit.
-- ``client`` (`methods.privacy.client`): DP-FedAvg on the server, one site the unit.
+- ``sample`` (`privacy.sample`): DP-SGD on every site, one training example the unit.
+- ``client`` (`privacy.client`): DP-FedAvg on the server, one site the unit.
 
-The settings (``dp-*``) are `settings.privacy.PrivacySettings`; the mechanisms' maths and the
-accountants, with no Flower, are `tasks.privacy`. Everything here is light (numpy only at import),
+The settings (``dp-*``) are `privacy.settings.PrivacySettings`; the mechanisms' maths and the
+accountants, with no Flower, are `privacy.mechanisms`. Everything here is light (numpy only at import),
 as `settings` imports it in every process; a mode's heavy parts load in its functions.
 """
 
 from __future__ import annotations
 
-from methods.privacy.base import MODES, Budget, Privacy, mode, register
-from methods.privacy.client import ClientPrivacy
-from methods.privacy.sample import SamplePrivacy
+from privacy.base import MODES, Budget, Privacy, mode, register
+from privacy.client import ClientPrivacy
+from privacy.sample import SamplePrivacy
 
 register(Privacy(), SamplePrivacy(), ClientPrivacy())
 

@@ -1,4 +1,4 @@
-"""What every privacy mode declares (`methods.privacy`): the component (`Privacy`, itself ``dp =
+"""What every privacy mode declares (`privacy`): the component (`Privacy`, itself ``dp =
 "none"``), a site's budget as one message sees it (`Budget`), and the registry of modes."""
 
 from __future__ import annotations
@@ -19,7 +19,7 @@ class Budget:
     (``dp = "none"``, and ``client``, whose budget the server keeps)."""
 
     plan: Any = None
-    """The DP-SGD plan local training runs under (`tasks.privacy.SamplePlan`), None: plain training."""
+    """The DP-SGD plan local training runs under (`privacy.mechanisms.SamplePlan`), None: plain training."""
 
     @property
     def score_clip(self) -> float | None:
@@ -114,7 +114,7 @@ class Privacy:
 
 
 MODES: dict[str, Privacy] = {}
-"""``dp``: the privacy modes by name (`methods.privacy` registers them)."""
+"""``dp``: the privacy modes by name (`privacy` registers them)."""
 
 
 def register(*components: Privacy) -> None:

@@ -1,18 +1,18 @@
-"""``dp = "client"``: DP-FedAvg on the server (`methods.privacy.dp_fedavg`), one whole site the unit.
+"""``dp = "client"``: DP-FedAvg on the server (`privacy.dp_fedavg`), one whole site the unit.
 
 The ε of such a run is accounted by privacy loss distributions (Google's dp-accounting,
-`tasks.privacy.epsilon_spent`: tight for the Gaussian mechanism, where Rényi DP overstated ε by 12 %
+`privacy.mechanisms.epsilon_spent`: tight for the Gaussian mechanism, where Rényi DP overstated ε by 12 %
 at ε = 8), the RDP ε recorded beside it; the unit is a whole site's update, replaced by zeros.
 
 Each round is one Gaussian mechanism with noise multiplier z on the vector of the sent arrays' sums
 (sensitivity ``dp-clip``). Clients are sampled with a fixed fraction (``fraction-train``), not
 Poisson-style, so no sampling amplification is claimed: every site is counted in every round, which
-is what a site that is always sampled spends. The budget settings (`settings.privacy`):
+is what a site that is always sampled spends. The budget settings (`privacy.settings`):
 
 - δ = ``dp-delta``, or 1/(10 n) when it is 0, n the sites connected when round 1 starts; δ ≥ 1/n is
   refused (a mechanism that may publish one site's update whole would satisfy it);
 - z = ``dp-noise``, or when that is 0 the smallest z whose ``num-server-rounds`` rounds spend at most
-  ``dp-epsilon`` (`tasks.privacy.calibrate`);
+  ``dp-epsilon`` (`privacy.mechanisms.calibrate`);
 - the cap = ``dp-max-epsilon``, or ``dp-epsilon`` when that is 0: the run stops before a round whose ε
   would pass it (`ClientAccountant.allows`), and a cap that round 1 already passes is refused.
 """
@@ -25,8 +25,8 @@ from typing import Any
 
 import numpy as np
 
-from methods.privacy.base import Privacy
-from tasks.privacy import calibrate, epsilon_spent, resolve_delta
+from privacy.base import Privacy
+from privacy.mechanisms import calibrate, epsilon_spent, resolve_delta
 
 
 def run_epsilon(noise: float, rounds: int, delta: float, accountant: str = "pld") -> float:
@@ -45,7 +45,7 @@ class ClientAccountant:
 
     @classmethod
     def plan(cls, privacy: Any, num_sites: int, num_rounds: int) -> ClientAccountant:
-        """δ, z and the cap from the settings (`settings.privacy.PrivacySettings`, module doc);
+        """δ, z and the cap from the settings (`privacy.settings.PrivacySettings`, module doc);
         ValueError in one line for a δ of 1/n or more and for a cap that round 1 already passes."""
         delta = resolve_delta(privacy.delta, num_sites, "sites")
         noise = privacy.noise or calibrate(privacy.epsilon, delta, 1.0, num_rounds)
@@ -57,7 +57,7 @@ class ClientAccountant:
         return accountant
 
     def epsilon(self, rounds: int, accountant: str = "pld") -> float:
-        """ε spent by every site once ``rounds`` rounds have run (`tasks.privacy.ACCOUNTANTS`)."""
+        """ε spent by every site once ``rounds`` rounds have run (`privacy.mechanisms.ACCOUNTANTS`)."""
         return run_epsilon(self.noise, rounds, self.delta, accountant)
 
     def allows(self, server_round: int) -> bool:
@@ -85,7 +85,7 @@ class ClientPrivacy(Privacy):
     def aggregator(self, step: Callable[..., Any], config: Any, accountant: ClientAccountant
                    ) -> Callable[..., Any]:
         """DP-FedAvg around ``step`` with the accountant's multiplier, its noise from OS entropy."""
-        from methods.privacy.dp_fedavg import with_client_dp
+        from privacy.dp_fedavg import with_client_dp
 
         return with_client_dp(step, clip=config.privacy.clip, noise=accountant.noise,
                               rng=np.random.default_rng())
@@ -99,7 +99,7 @@ class ClientPrivacy(Privacy):
 
     def clip(self, upload: dict, received: dict, config: Any) -> dict:
         """The site clips its own update to ``dp-clip`` (the server clips again)."""
-        from methods.privacy.dp_fedavg import clip_update
+        from privacy.dp_fedavg import clip_update
 
         return clip_update(upload, received, config.privacy.clip)
 
