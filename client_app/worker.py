@@ -15,7 +15,7 @@ as a Ray actor does in simulation. The ClientApp process itself then only import
   `multiprocessing.connection`). It exits after ``worker-idle`` seconds without a message, and
   within `WATCH_S` of its SuperExec's end, during a message too.
 * It runs in the process group its SuperExec started the ClientApp processes in
-  (`flower_compat.forkserver.launch_group`): the SuperNode's under ``--isolation subprocess``, so a
+  (`deploy.forkserver.launch_group`): the SuperNode's under ``--isolation subprocess``, so a
   signal to that group (a site's Ctrl-C, ``deploy.launch`` stopping a site) reaches it directly.
   A forked ClientApp process has a group of its own, which the fork server ends when that
   process's launcher is killed; the worker is not in it, as it serves the site's later messages.
@@ -27,7 +27,7 @@ as a Ray actor does in simulation. The ClientApp process itself then only import
   server creating the message to this process's start (``delivery``: the SuperNode's pull and the
   process spawn), from process start to the mod (``start-to-handler``), the handler's setup (data
   and model, `client_setup`), its own work, and ``overhead`` = everything from process start to
-  the reply except that work, and ``process``: ``forked`` where `flower_compat.forkserver` forked the
+  the reply except that work, and ``process``: ``forked`` where `deploy.forkserver` forked the
   ClientApp process, ``started`` where Flower started it.
 Nodes without a ``state-dir`` (simulation) run the handler directly, untouched.
 """
@@ -57,8 +57,7 @@ from pathlib import Path
 from flwr.app import Context, Message
 
 from client_app.node import check_folder
-from flower_compat import set_task_identity, task_identity
-from flower_compat.forkserver import (
+from deploy.forkserver import (
     LAUNCH_ENV,
     alive,
     launch_group,
@@ -66,6 +65,7 @@ from flower_compat.forkserver import (
     parent_pid,
     process_start_time,
 )
+from flower_compat import set_task_identity, task_identity
 from settings.errors import ConfigError
 from settings.local import available_cores
 
@@ -151,7 +151,7 @@ def _record(state_dir: Path, msg: Message, context: Context, entered: tuple[floa
 # ---------------------------------------------------------------------- the ClientApp's side
 def superexec_pid() -> int:
     """The SuperExec that started this ClientApp process: its worker's key and lifetime, the same
-    whether Flower started the process or `flower_compat.forkserver` forked it."""
+    whether Flower started the process or `deploy.forkserver` forked it."""
     return parent_pid(sys.argv[1:]) or os.getppid()
 
 

@@ -47,9 +47,9 @@ from dataclasses import dataclass, field
 from functools import cached_property
 from pathlib import Path
 
+from deploy.forkserver import without_launchers, write_launcher
 from deploy.make_certs import Credentials, make_credentials
 from flower_compat import FlowerVersionError, check_version, release_mismatch, supported
-from flower_compat.forkserver import without_launchers, write_launcher
 from settings.local import available_cores
 from settings.sites import register_site
 
@@ -58,7 +58,7 @@ CONNECTION = "f3ocus-local"
 HOST = "127.0.0.1"
 RUN_STARTED = re.compile(r"Successfully started run (\d+)")
 COMPLETED = "finished:completed"
-CLIENTAPPS = ("forked", "started")  # --clientapps: forked by flower_compat.forkserver, or started by Flower
+CLIENTAPPS = ("forked", "started")  # --clientapps: forked by deploy.forkserver, or started by Flower
 COMPONENTS = ("flower-superlink", "flower-supernode", "flwr")  # the executables a federation runs
 FLOWER_VERSION = re.compile(r"Flower version:\s*(\S+)")
 # offline operation: no `uv sync` of the app's dependencies, no update check, no telemetry
@@ -223,7 +223,7 @@ class Federation:
 
     def env(self, home: Path, supernode: bool = False) -> dict[str, str]:
         """Flower's environment for a process with home ``home``; a `supernode`'s
-        ``flwr-clientapp`` is `flower_compat.forkserver`'s launcher if `forked_clientapps`, else
+        ``flwr-clientapp`` is `deploy.forkserver`'s launcher if `forked_clientapps`, else
         Flower's own."""
         home.mkdir(parents=True, exist_ok=True)
         env = {**os.environ, **QUIET_ENV, "FLWR_HOME": str(home)}
@@ -235,7 +235,7 @@ class Federation:
 
     @cached_property
     def launcher_folder(self) -> Path:
-        """``<workdir>/bin``, holding `flower_compat.forkserver`'s ``flwr-clientapp`` (written once)."""
+        """``<workdir>/bin``, holding `deploy.forkserver`'s ``flwr-clientapp`` (written once)."""
         return write_launcher(self.workdir / "bin").parent
 
     def log_path(self, name: str) -> Path:
@@ -560,7 +560,7 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--timeout", type=float, default=None, help="seconds before the run is stopped")
     parser.add_argument("--clientapps", choices=CLIENTAPPS, default="forked",
                         help="forked (default): each message's flwr-clientapp process is forked from a "
-                             "server that imported Flower once (flower_compat/forkserver.py); started: "
+                             "server that imported Flower once (deploy/forkserver.py); started: "
                              "Flower starts a fresh one")
     args = parser.parse_args(argv)
     if not 1 <= args.port <= 65535 - 64:

@@ -379,13 +379,14 @@ def child_argv(args: argparse.Namespace) -> list[str]:
 
 
 def main(argv: list[str] | None = None) -> None:
-    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--config", default=None,
-                        help="run-config TOML (e.g. conf/bench-gen.toml) whose model, dataset, "
-                             "score-batch-size, local-steps, batch-size and learning rates are the "
-                             "defaults of the options below")
-    known, _ = parser.parse_known_args(argv)
+    config_help = ("run-config TOML (e.g. conf/bench-gen.toml) whose model, dataset, score-batch-size, "
+                   "local-steps, batch-size and learning rates are the defaults of the options below")
+    first = argparse.ArgumentParser(add_help=False)  # --config first: it sets the others' defaults
+    first.add_argument("--config", default=None)
+    known, _ = first.parse_known_args(argv)
     base = config_defaults(Path(known.config)) if known.config else DEFAULTS
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--config", default=None, help=config_help)
     parser.add_argument("--model", default=base["model"])
     parser.add_argument("--dataset", default=base["dataset"])
     parser.add_argument("--scoring-batch", type=_positive, default=base["score-batch-size"])

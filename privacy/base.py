@@ -55,7 +55,7 @@ class Budget:
 EVALUATED = frozenset({"accuracy", "loss", "exact-match", "f1_micro", "f1_macro", "majority-accuracy",
                        "num-examples", "partition-id", "model-size"})
 """What an evaluation on the site's test questions reports (`client_app.app`), released under every
-mode: the test questions are not training examples, so no ε covers or needs to cover them (README,
+mode: the test questions are not training examples, so no ε covers or needs to cover them (docs/privacy.md,
 threat model); a training loss is not among them."""
 EVALUATED_PREFIXES = ("accuracy-", "exact-match-", "others-")
 """Evaluation metrics per question type, and on the other sites' test questions (FedMosaic's Others)."""

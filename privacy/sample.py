@@ -42,7 +42,7 @@ RELEASED = frozenset({"num-examples", "partition-id", "budget", "eigenvalues", E
                       "dp-delta", "dp-noise-multiplier", "dp-sample-rate", "dp-score-noise", DP_SAT_OUT,
                       "dp-epsilon-next", "dp-budget"})
 """What a site's train and scores replies may carry: its (clipped, noised) arrays aside, the
-example count, partition id and budget (public, README "Differential privacy"), the noised λ₁, and
+example count, partition id and budget (public, docs/privacy.md), the noised λ₁, and
 the accountant's own figures, which depend on the plan and the releases made, not on the data.
 Losses, the examples drawn and the seconds scoring took stay on the site."""
 

@@ -17,7 +17,7 @@ import torch
 from flwr.supercore.task_identity import TaskIdentity
 
 from client_app import worker
-from flower_compat import forkserver
+from deploy import forkserver
 from tests.helpers.fork_group import ended, in_a_group
 from tests.helpers.worker_app import APP, app, context, message
 

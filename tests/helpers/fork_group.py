@@ -1,5 +1,5 @@
 """A SuperNode's process group, stood in for by ``sh``, for the tests of the fork server and of the
-site worker it forks ClientApp processes for (tests/flower_compat/test_forkserver.py,
+site worker it forks ClientApp processes for (tests/deploy/test_forkserver.py,
 tests/client_app/test_site_worker.py)."""
 
 from __future__ import annotations
@@ -11,7 +11,7 @@ import time
 from collections.abc import Mapping, Sequence
 from pathlib import Path
 
-from flower_compat.forkserver import alive
+from deploy.forkserver import alive
 
 
 def in_a_group(launcher: Path, env: Mapping[str, str], args: Sequence[str], *more: str,

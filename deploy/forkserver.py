@@ -52,7 +52,7 @@ child, ``F3OCUS_CLIENTAPP`` is ``forked``, ``F3OCUS_CLIENTAPP_STARTED`` the laun
 (`process_start_time`) and ``F3OCUS_CLIENTAPP_GROUP`` the launcher's process group.
 Linux only (abstract sockets, ``SO_PEERCRED``, ``prctl``); elsewhere the launcher runs the real executable.
 
-    python -m flower_compat.forkserver write-launcher <folder>
+    python -m deploy.forkserver write-launcher <folder>
     PATH=<folder>:$PATH flower-supernode ...
 """
 
@@ -77,7 +77,7 @@ from typing import NoReturn
 
 THIS = Path(__file__).resolve()
 EXECUTABLE = "flwr-clientapp"
-MARKER = f"# {EXECUTABLE} through a fork server (flower_compat/forkserver.py)"
+MARKER = f"# {EXECUTABLE} through a fork server (deploy/forkserver.py)"
 LAUNCH_ENV, START_ENV, GROUP_ENV = "F3OCUS_CLIENTAPP", "F3OCUS_CLIENTAPP_STARTED", "F3OCUS_CLIENTAPP_GROUP"
 FORWARDED = (signal.SIGTERM, signal.SIGINT, signal.SIGHUP, signal.SIGQUIT, signal.SIGUSR1, signal.SIGUSR2)
 SHELL_VARIABLES = frozenset({"PWD", "OLDPWD", "SHLVL", "_"})  # set by the launcher's /bin/sh, not its caller
@@ -633,7 +633,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     if command == ["write-launcher"] and len(argv) == 2:
         print(write_launcher(Path(argv[1])))
         return 0
-    print("usage: python -m flower_compat.forkserver write-launcher <folder>", file=sys.stderr)
+    print("usage: python -m deploy.forkserver write-launcher <folder>", file=sys.stderr)
     return 2
 
 

@@ -1,4 +1,4 @@
-"""flower_compat.forkserver: ClientApp processes forked from a server, the executable where none serves.
+"""deploy.forkserver: ClientApp processes forked from a server, the executable where none serves.
 
 The launcher runs a stand-in entry point (`ENTRY`, written to tmp_path) and a stand-in "real"
 executable (a shell script); tests/deploy/test_deploy.py runs Flower's own through it.
@@ -22,7 +22,7 @@ from pathlib import Path
 
 import pytest
 
-from flower_compat import forkserver
+from deploy import forkserver
 from tests.helpers.fork_group import ended, in_a_group
 
 pytestmark = pytest.mark.skipif(not sys.platform.startswith("linux"), reason="Linux only")
@@ -348,7 +348,7 @@ def test_the_server_forks_nothing_for_another_user(site, tmp_path):
 
 def test_the_launcher_runs_flowers_executable_even_with_its_folder_first_on_path(tmp_path, monkeypatch):
     folder = tmp_path / "bin"
-    subprocess.run([sys.executable, "-m", "flower_compat.forkserver", "write-launcher", str(folder)],
+    subprocess.run([sys.executable, "-m", "deploy.forkserver", "write-launcher", str(folder)],
                    check=True, capture_output=True)
     monkeypatch.setenv("PATH", f"{folder}{os.pathsep}{os.environ['PATH']}")  # then written again
     script = forkserver.write_launcher(folder).read_text()
