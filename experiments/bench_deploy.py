@@ -11,10 +11,10 @@ the same machine load; the ratio is the figure to compare between invocations):
 2. ``simulated``: ``python run_simulation.py --num-clients N`` (Ray, its default client resources).
 Both use the app's run config plus ``budgets``, ``dataset`` and ``num-server-rounds``; seconds per
 round are the mean of ``rounds.jsonl``'s ``seconds`` (the ServerApp's wall time of each round), with
-round 0's (the initial evaluation and round 1's scores, issue 38) counted in round 1's, where the
-three-exchange order spent it, so the figure compares across that change. Their difference,
+round 0's (the initial evaluation and round 1's scores) counted in round 1's, where a
+three-exchange round spends it, so runs of either order compare. Their difference,
 ``fixed_s_per_round``, is what deployment itself costs a round (Flower's polling, process starts,
-TLS), the figure issue 38 targets.
+TLS), the figure that fewer exchanges a round cut.
 Per-message overhead is read from the sites' ``timings.jsonl`` (`client_app.worker`): seconds from
 the ClientApp process's start to its reply, less the handler's own work; ``overhead_s`` is the
 median over all messages of the run. ``cat /proc/loadavg`` is printed before and after each engine.
@@ -69,7 +69,7 @@ def seconds_per_round(run_dir: Path) -> list[float]:
 
 def exchanges_per_round(run_dir: Path) -> float | None:
     """Message exchanges of the whole run per trained round (None for a run that did not record
-    them: before issue 38, three a round)."""
+    them, such as a three-exchange run: three a round)."""
     rows = [json.loads(line) for line in (run_dir / "rounds.jsonl").read_text().splitlines()]
     if not all("exchanges" in row for row in rows):
         return None

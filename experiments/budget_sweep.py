@@ -1,4 +1,4 @@
-"""Accuracy against the layer budget (issue 17 §3; paper §6.2's budget study), from run files only:
+"""Accuracy against the layer budget (paper §6.2's budget study), from run files only:
 
     python -m experiments.budget_sweep results/bench-yesno-k1 results/bench-yesno-k2 results/bench-yesno-k4
 

@@ -1,4 +1,5 @@
-"""README's headline numbers, recomputed from the committed tables of ``docs/results`` (issue 34):
+"""README's headline numbers, recomputed from the committed tables of ``docs/results`` so that
+README cannot drift from them:
 
     python -m experiments.headlines              # every check: README text, recomputed text, source
     python -m experiments.headlines extract docs/results/bench-agg.md docs/results/bench-agg/vs-fedavg.csv \\

@@ -1,4 +1,4 @@
-"""Accuracy, uplink and ε per round of client-level DP (``dp = "client"``, issue 39 item 4) on a
+"""Accuracy, uplink and ε per round of client-level DP (``dp = "client"``) on a
 federation large enough for a site to be one of many:
 
     python -m experiments.privacy_client --epsilons inf,1,8,3 --seeds 0,1,2,3,4

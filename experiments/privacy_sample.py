@@ -1,4 +1,4 @@
-"""The accuracy cost of per-sample DP (``dp = "sample"``, issue 39 item 4), from run files only.
+"""The accuracy cost of per-sample DP (``dp = "sample"``), from run files only.
 
 One sweep per ε on the same benchmark, ε = ∞ being ``dp = "none"`` (docs/results/privacy.md):
 

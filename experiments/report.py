@@ -157,7 +157,7 @@ ZERO_SHOT = "zero-shot (round 0)"
 
 
 def zero_shot(runs: Sequence[Run]) -> dict | None:
-    """The `summarise` row of the initial model (issue 37's zero-shot row): per seed, the scores of
+    """The `summarise` row of the initial model (the zero-shot row): per seed, the scores of
     the round-0 evaluation, which every run of a seed makes of the same model before any strategy
     acts (averaged over those runs); no uplink, no seconds. None where no run evaluated round 0."""
     by_seed: dict[int, list[dict]] = {}

@@ -1,4 +1,4 @@
-"""Screening for a benchmark where layer choice matters (issue 17, docs/results/sensitivity.md).
+"""Screening for a benchmark where layer choice matters (docs/results/sensitivity.md).
 
     python -m experiments.sensitivity --dataset easy-vqa --qtype yes/no --lr 1e-4 --head-lr 1e-4 --steps 160
 

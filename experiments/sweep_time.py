@@ -1,4 +1,4 @@
-"""How long sweeps took, from their files only (issue 17 §3: the whole sweep within 3 h on 2 cores):
+"""How long sweeps took, from their files only (whether a whole sweep fits within 3 h on 2 cores):
 
     python -m experiments.sweep_time results/bench-yesno results/bench-yesno-k1 ...
 

@@ -1,4 +1,4 @@
-"""Settings only a SuperNode can judge (issue 12 §2) and train masks it must refuse (§5): the real
+"""Settings only a SuperNode can judge and train masks it must refuse: the real
 ClientApp answers with an error reply naming the key or the mask, never with an exception, and the
 server logs it once per node while the other nodes' rounds go on.
 
@@ -92,7 +92,7 @@ def test_a_run_config_folder_the_node_lacks_is_an_error_reply():
                                   "on this machine")
 
 
-# ---------------------------------------------------------------------- train masks (issue 12 §5)
+# ---------------------------------------------------------------------- train masks
 @pytest.fixture(scope="module")
 def global_arrays():
     model = tasks.build_model(tasks.ModelSpec("tiny-vilt", seed=0), 1)

@@ -177,7 +177,7 @@ def test_default_threads_are_the_cores_this_process_may_use():
 
 def test_process_start_time_is_when_the_process_began_to_a_clock_tick():
     """A forked child dates its own start; the boot time of /proc/stat is whole seconds, which put
-    starts up to 1 s early (0.77 s on the machine of issue 38)."""
+    starts up to 1 s early (0.77 s seen on one machine)."""
     read, write = os.pipe()
     before = time.time()
     pid = os.fork()

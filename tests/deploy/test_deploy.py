@@ -1,4 +1,4 @@
-"""Flower's Deployment Engine on 127.0.0.1 (issue 6): three authenticated SuperNodes with their own
+"""Flower's Deployment Engine on 127.0.0.1: three authenticated SuperNodes with their own
 budgets complete a run, refused nodes, and a node killed in the middle of a run (tests/helpers/deployment.py
 starts the federation).
 
@@ -123,7 +123,7 @@ def test_node_with_a_registered_key_refuses_a_superlink_certified_by_another_ca(
 
 
 def test_three_authenticated_nodes_complete_two_rounds_with_their_own_budgets(federation, budget_run):
-    """F3OCUS selection with FedPIA aggregation (issue 14): the budgets come from the sites, and
+    """F3OCUS selection with FedPIA aggregation: the budgets come from the sites, and
     each site keeps its own adapters for client-level PIA in its state-dir."""
     result, run_dir = budget_run
     assert result.ok, result.output[-3000:]
@@ -156,7 +156,7 @@ def test_three_authenticated_nodes_complete_two_rounds_with_their_own_budgets(fe
 
 
 def test_two_model_sizes_run_sima_with_pq_lora_and_share_only_p_and_q(federation, tmp_path):
-    """FedMosaic (issue 16) on the same sites: SIMA with PQ-LoRA, sites of two model sizes (the run's
+    """FedMosaic on the same sites: SIMA with PQ-LoRA, sites of two model sizes (the run's
     ``model-sizes`` cycled by partition id: base, large, base), one round. Its evaluate messages
     already carry the P and Q aggregated over both sizes; a site's own ``model-size`` node config
     is read by the same code (tests/methods/test_sima.py), and node config reaching the app on a
@@ -237,7 +237,7 @@ def assert_generated_answer_accuracy(evaluated: dict) -> None:
 
 
 def test_killed_node_is_recorded_the_run_completes_and_the_restarted_node_rejoins(federation, tmp_path):
-    """A generative model (tiny-llava, issue 28) on the sites, whose answers are generated and
+    """A generative model (tiny-llava) on the sites, whose answers are generated and
     scored, while one site is killed mid-round and restarted. One site (a seeded third) evaluates
     a round: the subject is the generative model on a site, not every site evaluating (the
     budget run's); a generative run of its own cost another ServerApp and 25-30 s of wall time."""

@@ -1,4 +1,4 @@
-"""A simulation attached to a running Ray cluster of two nodes on this machine (issue 30).
+"""A simulation attached to a running Ray cluster of two nodes on this machine.
 
 A real cluster, no mocks: tests/helpers/ray_cluster_scenario.py, in a network namespace of its own (so Ray's
 multi-node mode binds loopback only), starts a head and a worker node with ``ray start`` (one CPU

@@ -22,7 +22,7 @@ def write_run(root: Path, name: str, strategy: str, seed: int, acc: tuple[float,
     config = {"strategy": strategy, "seed": seed, "optimizer": optimizer, "budgets": "2,1",
               "num-server-rounds": 2, "layer-names": LAYERS}
     (run / "config.json").write_text(json.dumps(config))
-    # round 0, the initial evaluation (issue 38): only the zero-shot row may include it; client 0
+    # round 0, the initial evaluation: only the zero-shot row may include it; client 0
     # scores 0.01 × (seed + 1), client 1 scores 0
     rounds = [{"round": 0, "seconds": 1e4, "bytes-up": 0, "phase-seconds": {"optimising": 0.0},
                "train": {}, "evaluate": {"accuracy": 0.01}}]

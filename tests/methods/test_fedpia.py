@@ -1,4 +1,4 @@
-"""FedPIA (issue 14): oracles for server-level PIA (planted permutations, masks, integration forms),
+"""FedPIA: oracles for server-level PIA (planted permutations, masks, integration forms),
 client-level PIA (function unchanged, planted permutation recovered from activations, the
 combined forward) and the run wiring (settings, two in-process runs on tiny-vilt, resume)."""
 
@@ -430,7 +430,7 @@ def test_the_local_adapters_ride_with_the_personal_state_but_never_load_as_a_hea
 
 
 def test_server_pia_on_the_default_model_takes_milliseconds_a_round():
-    """Issue 14 expects milliseconds for r = 8: the default model's 67 LoRA pairs, 5 clients."""
+    """Server-level PIA takes milliseconds a round at r = 8: the default model's 67 LoRA pairs, 5 clients."""
     model = tasks.build_model(tasks.ModelSpec("minilm-effnet", lora_rank=8, seed=0), 4)
     start = tasks.get_layer_state(model, range(len(model.layer_names)))
     rng = np.random.default_rng(0)
@@ -446,7 +446,7 @@ def test_server_pia_on_the_default_model_takes_milliseconds_a_round():
     assert min(seconds) < 1.0
 
 
-# ---------------------------------------------------------------------- fedpia-iterations (issue 29)
+# ---------------------------------------------------------------------- fedpia-iterations
 # Four clients hold the rank units of one adapter (A: 3 x 2, B: 2 x 3) in the planted orders below,
 # each unit moved by its own training noise, so their neurons differ (a seeded search, noise 0.2).
 PLANTED_ORDER = ([0, 2, 1], [0, 2, 1], [0, 1, 2], [1, 0, 2])  # client k's slot i holds common unit [k][i]

@@ -1,4 +1,4 @@
-"""The group oracle (issue 29): FedAvg within client groups known in advance, the upper reference
+"""The group oracle: FedAvg within client groups known in advance, the upper reference
 for personalised aggregation. Planted groups: each client must get exactly its group's mean."""
 
 from __future__ import annotations

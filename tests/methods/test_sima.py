@@ -1,4 +1,4 @@
-"""SIMA (FedMosaic paper §4.1, Eq. 3-5 and Eq. 9; issue 16): the client's decayed last-layer
+"""SIMA (FedMosaic paper §4.1, Eq. 3-5 and Eq. 9): the client's decayed last-layer
 gradient, the server's similarity weights (planted task groups), the gated local + global branch
 pair, the client state kept across rounds, and the one-line settings errors."""
 

@@ -1,4 +1,4 @@
-"""Issue 15: the apps share `settings`, not each other's code. Imports are read with `ast` (every
+"""The apps share `settings`, not each other's code. Imports are read with `ast` (every
 ``import`` and ``from ... import`` anywhere in a module, relative ones resolved, plus module names
 given as strings, e.g. to `importlib`), so the check needs no import of the apps themselves."""
 

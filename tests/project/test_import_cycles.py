@@ -92,7 +92,7 @@ def package_graph(graph: dict[str, set[str]], root: str) -> dict[str, set[str]]:
 
 
 def test_tasks_parts_import_one_way():
-    """No arrow back up inside tasks/ (issue 36): the model families, FedMosaic's modules and the
+    """No arrow back up inside tasks/: the model families, FedMosaic's modules and the
     adapters read `tasks.models.base`; only `tasks.build` puts a model and its adapters together,
     so no sub-package reaches back into one that reads it."""
     parts = package_graph(import_graph(ROOT), "tasks")

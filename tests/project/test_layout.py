@@ -1,4 +1,4 @@
-"""Issue 36 §3, app and lab apart: the rooms import one way. The lab (`experiments`) sits beside the apps
+"""App and lab apart: the rooms import one way. The lab (`experiments`) sits beside the apps
 and only `run_simulation.py` and the tests import it; `tasks` and `metaheuristics` know nothing of
 Flower; `metaheuristics` needs numpy, scipy and pymoo only; command-line measurement tools live in
 `experiments/` under one naming pattern, none in the apps or their floors. Imports are read with

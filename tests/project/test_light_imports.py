@@ -1,4 +1,4 @@
-"""Issue 18: a deployed site's ClientApp process only forwards each message to its warm worker
+"""A deployed site's ClientApp process only forwards each message to its warm worker
 (`client_app.worker`), so importing the ClientApp must not import the machine-learning stack:
 torch, transformers, peft (the model), pymoo, scipy (the server's optimisers). Each check runs in
 a fresh interpreter, since this test process has long imported them all."""

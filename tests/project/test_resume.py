@@ -1,4 +1,4 @@
-"""Interrupt a run after round 2 of 4 and resume it (issue 6, "faults and restarts").
+"""Interrupt a run after round 2 of 4 and resume it.
 
 The run is ``run_simulation.py`` in a child process of its own, killed with SIGKILL as soon as its
 round-2 checkpoint exists. Its clients run in that process (``--engine in-process``, no Ray): what a

@@ -1,4 +1,4 @@
-"""Resume through ``run_simulation.py`` itself and through an interrupted sweep (issue 12 §5).
+"""Resume through ``run_simulation.py`` itself and through an interrupted sweep.
 
 ``run_simulation.main`` runs as on the command line (config resolution, run directory, completeness
 check, client table), except that its ``simulate`` drives the real ServerApp and ClientApp on an

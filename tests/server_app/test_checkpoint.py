@@ -1,4 +1,4 @@
-"""The per-round checkpoint is atomic as a set (issue 12 §5): a kill at any instant of
+"""The per-round checkpoint is atomic as a set: a kill at any instant of
 ``Recorder.checkpoint`` leaves a checkpoint that resumes from one round's complete adapters, never
 a mix of two rounds. Kills are simulated by making one file operation raise; no torch, no Flower.
 """
@@ -176,7 +176,7 @@ def test_log_line_cut_short_by_a_kill_is_dropped_on_resume(recorder):
 
 
 def test_round_0_is_not_counted_as_a_completed_round(recorder):
-    """Round 0 evaluates the initial adapters (issue 38): rounds 0 and 1 of 2 are not a whole run."""
+    """Round 0 evaluates the initial adapters: rounds 0 and 1 of 2 are not a whole run."""
     rounds = recorder.run_dir / "rounds.jsonl"
     rounds.write_text("".join(json.dumps({"round": r, "evaluate": {"accuracy": 0.5}}) + "\n" for r in (0, 1)))
     assert incomplete(recorder.run_dir, 2) == "only 1 of 2 rounds completed"

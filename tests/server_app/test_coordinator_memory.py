@@ -1,4 +1,5 @@
-"""Issue 35 item 3: the coordinator never materialises the base weights.
+"""The coordinator never materialises the base weights: it holds adapters only, so a checkpoint's
+size must not set the server's memory.
 
 The server's build (`RunConfig.model_spec(client=False)`: ``base_weights=False``) reads an
 ``hf:<dir>`` checkpoint's config.json only (`tasks.models.skeleton`), yet its layer names and
@@ -110,10 +111,11 @@ def test_a_missing_config_is_one_line_naming_model_and_path(tmp_path):
 # cost on CPU: transformers maps such a file lazily and LoRA injection never touches the base.
 WIDE_TEXT = {"hidden_size": 1024, "intermediate_size": 4096, "num_hidden_layers": 6, "num_attention_heads": 8,
              "num_key_value_heads": 8}
-# One process: the peak resident memory (VmHWM) of the coordinator's plan_run, then of the server's
-# build before issue 35 item 3 (the whole checkpoint in float32), each above the memory held when it
-# starts; the kernel's peak is reset there (/proc/self/clear_refs "5"), so neither the imports' transient
-# peak nor ru_maxrss's inheritance of the forking pytest process's peak hides a phase's own.
+# One process: the peak resident memory (VmHWM) of the coordinator's plan_run, then of a server
+# build with the base weights (the whole checkpoint in float32, the cost avoided), each above the
+# memory held when it starts; the kernel's peak is reset there (/proc/self/clear_refs "5"), so
+# neither the imports' transient peak nor ru_maxrss's inheritance of the forking pytest process's
+# peak hides a phase's own.
 PEAK = """
 import dataclasses, gc, json, re, sys
 import peft, torch, transformers

@@ -1,4 +1,4 @@
-"""Run settings (issue 12 §2-3): every bad value stops ``run_simulation.py`` before Ray starts with
+"""Run settings: every bad value stops ``run_simulation.py`` before Ray starts with
 one line naming the key and the value; budgets are cycled or cut to the number of clients.
 
 No Ray here: `run_simulation.simulate` is replaced, so a check that let a bad value through to
@@ -49,7 +49,8 @@ def run(capsys, *argv: str) -> tuple[int, str, str]:
     return code, out, err
 
 
-# The three settings of issue 12 §2, and more of each kind the clients used to discover in round 1.
+# Bad values a client would otherwise meet only in round 1: dataset, partitioner, device, then
+# more of each kind.
 BAD = {
     "dataset='medmnist-vqa:/no/such/dir'": ("dataset", "'medmnist-vqa:/no/such/dir'"),
     "partitioner='dirichlet:-1'": ("partitioner", "'dirichlet:-1'"),

@@ -1,4 +1,5 @@
-"""Issue 35 item 2: every model setting acts or is refused. A walk over (model, run-config key, value):
+"""Every model setting acts or is refused, so none is silently ignored. A walk over (model,
+run-config key, value):
 each non-default value of every key that concerns the model either acts (asserted where cheap:
 the layers, dtype, flags or LoRA modules change) or is refused with one line naming key, value and
 model, by the run config, `tasks.build_model` or `check_model_settings` (what the server's

@@ -1,4 +1,4 @@
-"""The bad-reply suite (issue 6): every malformed client reply is rejected with a logged reason,
+"""The bad-reply suite: every malformed client reply is rejected with a logged reason,
 the round goes on with the other clients, and the global adapters are exactly what the accepted
 replies alone give (finite, untouched by the rejected one).
 

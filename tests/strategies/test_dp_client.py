@@ -1,4 +1,4 @@
-"""dp = "client" (issue 39 item 2): DP-FedAvg's clipping and per-array noise
+"""dp = "client": DP-FedAvg's clipping and per-array noise
 (`privacy.dp_fedavg`), its ε (`privacy.client`) against dp-accounting called here on its
 own, the budget stop, and the one-line refusals before round 1."""
 

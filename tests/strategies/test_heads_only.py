@@ -1,4 +1,4 @@
-"""``strategy = "none"`` (issue 17 §1): heads only. The server sends empty masks, clients train only
+"""``strategy = "none"``: heads only. The server sends empty masks, clients train only
 their own head and projection and send no adapter arrays, the global adapters never change.
 
 Scripted clients first (no torch), then the real ServerApp and ClientApp in this process on

@@ -1,4 +1,4 @@
-"""Round branches the happy path never takes (issue 12 §5): every client rejected, fewer valid
+"""Round branches the happy path never takes: every client rejected, fewer valid
 updates than ``min-nodes``, and ``fraction-train`` < 1. Scripted clients of tests/strategies/test_strategy.py
 on an in-process grid, recorded by the real ``Recorder``; no Ray, no torch.
 """

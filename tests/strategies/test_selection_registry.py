@@ -1,4 +1,4 @@
-"""The two axes of a run as registries (issue 15 §1, issue 36): `methods.SELECTIONS` (which layers
+"""The two axes of a run as registries: `methods.SELECTIONS` (which layers
 train) and `methods.AGGREGATIONS` (how updates combine), their run-config keys, and the wiring in
 `server_app.app.build_strategy`. No Ray, no torch model."""
 

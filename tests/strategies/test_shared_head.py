@@ -1,4 +1,4 @@
-"""A shared answer head (issue 29, run config ``head = "shared"``): one head over the data set's
+"""A shared answer head (run config ``head = "shared"``): one head over the data set's
 answers, trained by every client and aggregated with the adapters, as shared unit L."""
 
 from __future__ import annotations

@@ -1,4 +1,4 @@
-"""Two message exchanges a round (issue 38): train, then one message that evaluates the model the
+"""Two message exchanges a round: train, then one message that evaluates the model the
 client holds and scores its layers for the next round; 2 N + 1 exchanges for N rounds.
 
 The reference is the three-exchange order (scores, train, evaluate) driven in this test with the

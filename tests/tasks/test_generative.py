@@ -1,4 +1,4 @@
-"""Generative vision-language models (issue 28): tiny LLaVA, Idefics3 and BLIP-2 checkpoints built
+"""Generative vision-language models: tiny LLaVA, Idefics3 and BLIP-2 checkpoints built
 offline (tests/helpers/tiny_vlms.py) and run through ``hf:<dir>`` and the built-in ``tiny-llava``.
 
 Oracles: forced right answers score 100 % and forced wrong ones 0 % through the real generation

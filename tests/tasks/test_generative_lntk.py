@@ -1,4 +1,4 @@
-"""LNTK (paper §4.1 Eq. 8) on every generator family × ``vlm-layers`` × ``score-mode`` (issue 35 item 4).
+"""LNTK (paper §4.1 Eq. 8) on every generator family × ``vlm-layers`` × ``score-mode``.
 
 Every combination either scores or is refused in one line; what is accepted is checked against a
 brute-force oracle. Matrix (``python -m pytest -q -n 0 tests/tasks/test_generative_lntk.py -rA``):

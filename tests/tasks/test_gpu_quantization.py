@@ -1,4 +1,4 @@
-"""Issue 35 item 2 on the device: ``quantization = "4bit"`` acts, i.e. an image-text-to-text hf:<dir>
+"""On the device, ``quantization = "4bit"`` acts, i.e. an image-text-to-text hf:<dir>
 checkpoint's base is NF4 `Linear4bit` (QLoRA) with float32 LoRA adapters on it; every other model
 refuses it before round 1 (tests/settings/test_generative_settings.py). Skipped without CUDA and bitsandbytes;
 run on a GPU machine: ``python -m pytest -q -n 0 tests/tasks/test_gpu_quantization.py``."""

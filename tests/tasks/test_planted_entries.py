@@ -1,4 +1,4 @@
-"""A new model and a new data set are one registry entry each (issue 36 items 2 and 4).
+"""A new model and a new data set are one registry entry each.
 
 This module plants both, pointing the registries at its own builder and loader as a newcomer's
 entry would point at ``tasks/models/<family>.py`` and ``tasks/data/<name>.py``: a tiny model

