@@ -24,7 +24,6 @@ from methods.hooks import ClientHook, TrainStep
 from privacy import Budget
 from settings import ConfigError, RunConfig
 from strategies.records import IDENTITY, REGISTERED_SITE, RUNTIME, from_record, runtime_record, to_record
-from tasks.lntk_pieces import TrainingStep
 from tasks.names import NO_SCORE
 
 # error_replies outermost: a setting the site cannot use is an error reply, wherever it ran;
@@ -138,6 +137,8 @@ def evaluate(msg: Message, context: Context) -> Message:
                                         + setup.partition_id)
         eigenvalues = np.zeros(len(setup.model.layer_names))
         if batch:
+            from tasks.lntk_pieces import TrainingStep  # torch: where a model scores
+
             step = TrainingStep(setup.config.training.pass_size, layer_budget)  # within a step's memory
             eigenvalues = tasks.score_layers(setup.model, batch, scorer=scorer,
                                              mode=str(config["score-mode"]), step=step,
@@ -177,7 +178,7 @@ def _evaluation(setup: ClientSetup, server_round: int) -> dict:
     config = setup.config
     last = server_round == config.num_server_rounds
     answers = config.eval_answers
-    if answers == "closed-set" and last and config.evaluation.exact_match:
+    if answers == "closed-set" and last and config.eval_exact_match:
         answers = "both"
     questions = config.evaluation.questions(setup.partition.test, last)
     metrics = tasks.evaluate(setup.model, questions,

@@ -28,9 +28,10 @@ from settings import (
     parse_budget,
     parse_budgets,
 )
-from settings.config import check_dataset, check_device_name, parse_model_sizes
+from settings.config import parse_model_sizes
 from settings.local import FOLDER_DATASETS
-from tasks.names import CLIENT_ID
+from settings.sections import check_dataset, check_device_name
+from tasks.names import ADAPTER_REGISTRY, CLIENT_ID, adapter_of
 
 NODE = "node config"
 
@@ -230,6 +231,8 @@ def _model_size(node: Mapping, config: RunConfig, pid: int) -> str:
     size = parse_model_sizes(value, config.model, key=f"{NODE} model-size")
     if len(size) != 1:
         raise ConfigError(f"{NODE} model-size = {value!r} must name one size")
-    if size[0] != "base" and config.adapter != "pq-lora":
-        raise ConfigError(f"{NODE} model-size = {value!r} needs adapter = 'pq-lora' (got {config.adapter!r})")
+    if size[0] != "base" and not adapter_of(config.adapter).blocks:
+        spanning = " or ".join(repr(a.name) for a in ADAPTER_REGISTRY.values() if a.blocks)
+        raise ConfigError(f"{NODE} model-size = {value!r} needs adapter = {spanning}, which spans model "
+                          f"sizes (got {config.adapter!r})")
     return size[0]

@@ -13,9 +13,9 @@ from __future__ import annotations
 import importlib
 import pkgutil
 from collections.abc import Mapping
+from typing import Any
 
 from methods.base import AGGREGATIONS, SELECTIONS, Aggregation, MethodSettings, Selection, lookup, register
-from strategies.selection import SelectionRule
 
 
 def discover() -> None:
@@ -36,9 +36,12 @@ def selection(name: str) -> Selection:
 
 
 def make_rule(strategy: str, optimizer: str = "nsga2",
-              optimizer_params: Mapping[str, object] | None = None) -> SelectionRule:
-    """The rule of a strategy name bound to the optimiser and its settings (`SelectionRule`);
+              optimizer_params: Mapping[str, object] | None = None) -> Any:
+    """The rule of a strategy name bound to the optimiser and its settings
+    (`strategies.selection.SelectionRule`);
     ValueError naming it if unknown."""
+    from strategies.selection import SelectionRule  # the server's: it loads the optimisers
+
     params = tuple(sorted((optimizer_params or {}).items()))
     return SelectionRule(selection(strategy), optimizer, params)
 

@@ -52,17 +52,26 @@ class MethodSettings:
         return tuple(f.metadata["key"] for f in fields(cls))
 
     @classmethod
-    def parse(cls, values: Mapping[str, object]) -> MethodSettings:
-        """The settings from a (fused) run config: every key present and valid, else ValueError."""
+    def parse(cls, values: Mapping[str, object], missing: Callable[[str], str] | None = None
+              ) -> MethodSettings:
+        """The settings from a (fused) run config, every key present checked (ValueError naming it);
+        an absent key takes its declared default, or, with ``missing``, is a ValueError of the line
+        ``missing(key)``."""
         kwargs = {}
         for f in fields(cls):
             key = f.metadata["key"]
             if key not in values:
-                raise ValueError(f"run-config key {key!r} is missing")
+                if missing is not None:
+                    raise ValueError(missing(key))
+                continue
             kind = f.type if isinstance(f.type, str) else f.type.__name__  # postponed annotations or not
             kwargs[f.name] = check_value(key, values[key], kind, f.metadata["choices"],
                                          f.metadata["low"], f.metadata["high"], f.metadata["strict_low"])
         return cls(**kwargs)
+
+    def check(self) -> None:
+        """ValueError in one line for a value its declaration cannot judge (a registry name, a
+        pattern); none here."""
 
     @classmethod
     def describe(cls) -> list[str]:

@@ -35,7 +35,7 @@ from privacy.mechanisms import (
     poisson_batches,
     resolve_delta,
 )
-from tasks.names import DP_SAT_OUT, LNTK
+from tasks.names import DP_SAT_OUT, LNTK, adapter_of
 
 EPSILON = "dp-epsilon"  # reply metric: ε this client has spent after the round (cumulative)
 RELEASED = frozenset({"num-examples", "partition-id", "budget", "eigenvalues", EPSILON, "dp-epsilon-rdp",
@@ -47,8 +47,6 @@ the accountant's own figures, which depend on the plan and the releases made, no
 Losses, the examples drawn and the seconds scoring took stay on the site."""
 
 REFUSED = {
-    "adapter": ("pq-lora", "Opacus has no per-example gradient for PQ-LoRA's modules (its functorch "
-                "fallback cannot call them); use adapter = 'lora' or 'layer'"),
     "gradient-checkpointing": (True, "Opacus's per-example hooks get no activations from recomputed "
                                "blocks; use gradient-checkpointing = false"),
     "quantization": ("4bit", "per-example gradients over a 4-bit base are untested here (CUDA only, no "
@@ -120,6 +118,10 @@ class SamplePrivacy(Privacy):
         why = config.method_settings.extra_release()
         if why:
             raise ValueError(f"dp = 'sample' does not cover aggregation = {config.aggregation!r}: {why}")
+        if not adapter_of(config.adapter).per_example:
+            raise ValueError(f"adapter = {config.adapter!r} is not supported with dp = 'sample': Opacus has "
+                             "no per-example gradient for its modules (its functorch fallback cannot call "
+                             "them); use adapter = 'lora' or 'layer'")
         for key, (value, why) in REFUSED.items():
             if getattr(config, key.replace("-", "_")) == value:
                 shown = str(value).lower() if isinstance(value, bool) else repr(value)

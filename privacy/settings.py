@@ -20,7 +20,8 @@ from privacy import mode as privacy_mode
 
 @dataclass(frozen=True)
 class PrivacySettings(MethodSettings):
-    """The ``dp-*`` keys. ``dp-delta = 0`` means δ = 1/(10 n), n the protected units (a client's
+    """Differential privacy: the unit a run protects and its budget (the ``dp-*`` keys).
+    ``dp-delta = 0`` means δ = 1/(10 n), n the protected units (a client's
     examples for ``sample``, the sites for ``client``); ``dp-noise = 0`` means z from ``dp-epsilon``,
     ``dp-max-epsilon = 0`` means the cap is ``dp-epsilon`` (``client``), and ``dp-rounds = 0`` plans the
     per-sample noise over every round."""

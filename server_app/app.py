@@ -19,6 +19,7 @@ from settings import ConfigError, RunConfig, check_budgets, check_model_here
 from settings.sites import read_registry, registry_of
 from strategies import Aggregator, LayerSelectionStrategy, NodesMissing
 from strategies.records import State, to_record
+from tasks.names import head_of
 
 log = getLogger("flwr").log  # Flower's logger: its handlers reach the console and `flwr run --stream`
 
@@ -110,7 +111,7 @@ def plan_run(config: RunConfig) -> RunPlan:
 def answer_count(config: RunConfig) -> int:
     """The head's outputs the server must hold: the data set's answers when the head is shared
     (its initial state is the clients'), else 1 (the server holds no head)."""
-    if config.head != "shared":
+    if not head_of(config.head).shared:
         return 1
     try:
         part = tasks.load_partition(config.dataset, 0, 1, "iid", seed=config.seed, max_train=1, max_test=1)

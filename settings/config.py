@@ -1,184 +1,99 @@
 """The run configuration: one typed, validated view of ``[tool.flwr.app.config]``.
 
-The defaults live only in ``pyproject.toml``; this module checks every value's type, range and
-syntax (data set and model names, partitioner and its γ, device name, budgets) without touching
-files or hardware, so that a bad setting stops the run before round 1 with one line naming the key
-and the value. Checks that depend on the machine are in `settings.local`.
-
-Each key has one owner: `RunConfig` owns the run-wide keys; a method's own keys (``fedpia-*``,
-``sima-*``, ``optimizer-*``) belong to its settings dataclass in its `methods` registry entry, which
-parses and checks them (`RunConfig.owned`); ``strategy`` and ``aggregation`` name entries, and an
-entry checks what it needs of the run (e.g. SIMA's adapters, the group oracle's ``client-groups``).
+Every key is declared once, with its default, choices or bounds and help, in the settings class
+that owns it (`methods.base.setting`): the run-wide sections (`settings.sections`), privacy's
+(`privacy.settings`) and each method's (its `methods` package). `RunConfig` fuses them: it checks
+every key's type, range and syntax and every name against its registry, without touching files or
+hardware, so that a bad setting stops the run before round 1 with one line naming the key and the
+value (checks that depend on the machine are in `settings.local`). pyproject.toml's table, which
+Flower reads, is written from the declarations (``python -m experiments.reference``; a test fails when
+it is stale). A method's keys are required only when a run uses the method; another method's keys
+take their declared defaults when absent, so a method added since pyproject.toml was written does
+not stop runs that do not use it.
 """
 
 from __future__ import annotations
 
-import re
 import time
 import tomllib
-from collections.abc import Iterable, Mapping
-from dataclasses import dataclass, field, fields
+from collections.abc import Mapping
+from dataclasses import dataclass, field
 from pathlib import Path
 
 import methods
-from metaheuristics.names import SEARCHES
-from methods.base import Aggregation, MethodSettings, Selection, check_value
+from methods.base import Aggregation, MethodSettings, Selection
 from privacy.settings import PrivacySettings
 from settings.budgets import parse_budgets
 from settings.errors import ConfigError
-from settings.sections import EvaluationSettings, FederationSettings, ScoringSettings, TrainingSettings
-from tasks.data import registry as data_registry
-from tasks.data.mixed import PREFIX as MIXED_PREFIX
-from tasks.data.mixed import parse_mixed
-from tasks.data.partition import parse_partitioner
+from settings.sections import (
+    RUN_WIDE,
+    EvaluationSettings,
+    FederationSettings,
+    ScoringSettings,
+    TrainingSettings,
+)
 from tasks.models import registry as model_registry
-from tasks.names import ADAPTERS, DTYPES, VLM_LAYERS, parse_name
+from tasks.names import ADAPTER_REGISTRY, adapter_of, head_of
 
 PROJECT_ROOT = Path(__file__).resolve().parent.parent
-OPTIMIZERS = SEARCHES  # the optimising algorithms, not the references (topk, random, last)
-CHOICES = {
-    "optimizer": OPTIMIZERS,
-    "adapter": ADAPTERS,
-    "vlm-layers": VLM_LAYERS,
-    "dtype": DTYPES,
-    "quantization": ("none", "4bit"),
-    "head": ("private", "shared", "frozen"),
-    "projection": ("trained", "frozen"),
-    "eval-answers": ("generated", "closed-set"),
-    "group-conflict": ("none", "answers"),
-}
-"""The run-wide keys' choices; ``strategy`` and ``aggregation`` are the registries' names (`methods`),
-and each method's own keys are checked by its settings dataclass (in its `methods` package)."""
-# (low, high) bounds; None = unbounded on that side
-BOUNDS = {
-    "num-server-rounds": (1, None), "lora-rank": (1, None), "max-train-samples": (0, None),
-    "max-test-samples": (0, None), "min-nodes": (1, None), "fraction-train": (0.0, 1.0),
-    "validation-share": (0.0, 0.95), "fraction-evaluate": (0.0, 1.0), "round-timeout": (0.0, None),
-    "seed": (0, None), "num-blocks": (1, None), "max-new-tokens": (0, None),
-}
-STRICT_LOW = ("round-timeout", "fraction-train")
-DEVICES = ("auto", "cpu", "cuda", "cuda:<i>", "mps")
-_DEVICE = re.compile(r"auto|cpu|mps|cuda(:\d+)?")
-
-
-def _named(value: str, names: Iterable[str]) -> bool:
-    """Is `value` one of `names`, where ``"prefix:<arg>"`` stands for any non-empty argument?"""
-    try:
-        parse_name(value, names, "name")
-    except ValueError:
-        return False
-    return True
-
-
-def check_dataset(value: str, key: str = "dataset") -> None:
-    """A known data set name; ``mixed:<a>+<b>`` needs two or more known, plain components."""
-    if value.startswith(MIXED_PREFIX):
-        try:
-            parts = parse_mixed(value)
-        except ValueError as err:
-            raise ConfigError(str(err)) from None
-        plain = tuple(d for d in data_registry.REGISTRY if not d.startswith(MIXED_PREFIX))
-        bad = [p for p in parts if not _named(p, plain)]
-        if bad:
-            raise ConfigError(f"{key} = {bad[0]!r} is unknown (a component of {value!r}); choose "
-                              f"among {', '.join(plain)}")
-    elif not _named(value, data_registry.REGISTRY):
-        raise ConfigError(f"{key} = {value!r} is unknown; choose one of {', '.join(data_registry.REGISTRY)}")
-
-
-def check_device_name(value: str, key: str = "device") -> None:
-    """``auto``, ``cpu``, ``cuda``, ``cuda:<i>`` or ``mps`` (whether it exists: `settings.local`)."""
-    if not _DEVICE.fullmatch(value):
-        raise ConfigError(f"{key} = {value!r} is unknown; choose one of {', '.join(DEVICES)}")
+WRITE = "python -m experiments.reference"
+"""The command that writes pyproject.toml's run-config table from the declarations."""
 
 
 @dataclass(frozen=True)
 class RunConfig:
-    """Typed run settings (attribute = key with '-' replaced by '_')."""
+    """The parsed settings of a run, one object per settings class (`owners`); the run-wide sections'
+    fields read as the config's own attributes (``config.model``, `settings.sections.RUN_WIDE`)."""
 
-    num_server_rounds: int
-    strategy: str
-    aggregation: str
-    optimizer: str
-    model: str
-    adapter: str
-    lora_rank: int
-    dataset: str
-    partitioner: str
-    max_train_samples: int
-    max_test_samples: int
-    validation_share: float
-    budgets: str
-    fraction_train: float
-    fraction_evaluate: float
-    min_nodes: int
-    round_timeout: float
-    device: str
-    seed: int
-    run_name: str
-    results_dir: str
-    resume_from: str
-    progress_bar: bool
-    num_blocks: int
-    model_sizes: str
-    eval_others: bool
-    lora_targets: str
-    vlm_layers: str
-    max_new_tokens: int
-    dtype: str
-    quantization: str
-    gradient_checkpointing: bool
-    client_groups: str
-    head: str
-    projection: str
-    group_conflict: str
-    eval_answers: str
-    owned: tuple[MethodSettings, ...] = field(default=(), repr=False)
-    """The settings of every registered method that has keys (`methods.owners`), each parsed by its
-    own dataclass, whichever method runs (a bad value fails whether or not it is used)."""
+    owned: tuple[MethodSettings, ...] = field(repr=False)
 
-    @classmethod
-    def run_keys(cls) -> tuple[str, ...]:
-        """The run-wide keys, owned by this class (every other key is a method's)."""
-        return tuple(f.name.replace("_", "-") for f in fields(cls)[:-1])  # all but `owned`
+    def __getattr__(self, name: str) -> object:
+        for section in self.owned[: len(RUN_WIDE)]:
+            if name in section.__dataclass_fields__:
+                return getattr(section, name)
+        raise AttributeError(f"{type(self).__name__} has no setting {name!r}")
 
     @staticmethod
     def owners() -> tuple[type[MethodSettings], ...]:
-        """Every settings class beside the run-wide keys: the methods' (`methods.owners`) and
-        differential privacy's (`privacy.settings`), local training's, scoring's, evaluation's and
-        the federation's (`settings.sections`), each owning its keys."""
-        return (*methods.owners(), PrivacySettings, TrainingSettings, ScoringSettings, EvaluationSettings,
-                FederationSettings)
+        """Every settings class, each owning its keys: the run-wide sections first (`RUN_WIDE`), then
+        local training's, scoring's and differential privacy's, then every registered method's."""
+        return (*RUN_WIDE, TrainingSettings, ScoringSettings, PrivacySettings, *methods.owners())
 
     @classmethod
     def keys(cls) -> tuple[str, ...]:
-        return cls.run_keys() + tuple(key for owner in cls.owners() for key in owner.own_keys())
+        return tuple(key for owner in cls.owners() for key in owner.own_keys())
 
     @classmethod
     def from_mapping(cls, values: Mapping[str, object]) -> RunConfig:
         """Validate a (fused) run config: every key, type and range, and every name against its
-        registry (`methods`, the model and data set registries)."""
+        registry (`methods`, the model and data set registries). A key of a method the run does not
+        use may be absent (its declared default); any other absent key is one line naming it,
+        pyproject.toml and `WRITE`."""
         unknown = sorted(set(values) - set(cls.keys()))
         if unknown:
             raise ConfigError(f"unknown run-config key {unknown[0]!r} (= {values[unknown[0]]!r})")
-        kwargs = {}
-        for f in fields(cls)[:-1]:  # all but `owned`
-            key = f.name.replace("_", "-")
-            if key not in values:
-                raise ConfigError(f"run-config key {key!r} is missing")
-            kwargs[f.name] = _check(key, values[key], f.type)
         try:
-            owned = tuple(owner.parse(values) for owner in cls.owners())
+            federation = FederationSettings.parse(values, missing=_missing)
+            entries = (methods.selection(federation.strategy), methods.aggregation(federation.aggregation))
+            used = {entry.settings for entry in entries}
+            owned = tuple(owner.parse(values, missing=_missing if owner in used or owner in _RUN else None)
+                          for owner in cls.owners())
+            config = cls(owned)
+            for section in owned:
+                section.check()
+            config._check_across()
+            parse_budgets(config.budgets)
+        except ConfigError:
+            raise
         except ValueError as err:
             raise ConfigError(str(err)) from None
-        config = cls(**kwargs, owned=owned)
-        config._check_names()
-        parse_budgets(config.budgets)
         return config
 
     def default_run_name(self) -> str:
-        """The run's folder name when ``run-name`` is empty: its strategy label and the start time."""
-        return f"{methods.label(self.strategy, self.optimizer)}-{time.strftime('%Y%m%d-%H%M%S')}"
+        """The run's folder name when ``run-name`` is empty: its two axes (the selection's label and
+        the aggregation) and the start time."""
+        return (f"{methods.label(self.strategy, self.optimizer)}-{self.aggregation}-"
+                f"{time.strftime('%Y%m%d-%H%M%S')}")
 
     @property
     def method(self) -> Aggregation:
@@ -219,12 +134,12 @@ class RunConfig:
 
     @property
     def evaluation(self) -> EvaluationSettings:
-        """How much clients evaluate each round (`settings.sections`)."""
+        """How clients evaluate (`settings.sections`)."""
         return self.settings_of(EvaluationSettings)
 
     @property
     def federation(self) -> FederationSettings:
-        """Who may speak for a site and how long the server waits for sites (`settings.sections`)."""
+        """The rounds, the axes, budgets, sampling and who may speak for a site (`settings.sections`)."""
         return self.settings_of(FederationSettings)
 
     @property
@@ -232,37 +147,19 @@ class RunConfig:
         """``client-groups`` parsed (`parse_groups`)."""
         return parse_groups(self.client_groups)
 
-    def _check_names(self) -> None:
-        check_dataset(self.dataset)
-        try:
-            parse_partitioner(self.partitioner)
-        except ValueError as err:
-            detail = str(err).removesuffix(f" in partitioner {self.partitioner!r}")
-            raise ConfigError(f"partitioner = {self.partitioner!r}: {detail}") from None
-        try:
-            model_registry.parse_model(self.model)
-        except ValueError:
-            raise ConfigError(f"model = {self.model!r} is unknown; choose one of "
-                              f"{', '.join(model_registry.REGISTRY)}") from None
-        check_device_name(self.device)
+    def _check_across(self) -> None:
+        """What one key asks of another: the model's sizes of the adapter, the aggregation of the
+        adapter and groups, a planted conflict of groups, the privacy mode of the rest."""
         sizes = parse_model_sizes(self.model_sizes, self.model)
-        try:
-            methods.aggregation(self.aggregation).check(self.adapter, self.groups)
-            methods.selection(self.strategy)
-        except ValueError as err:
-            raise ConfigError(str(err)) from None
-        if len(set(sizes)) > 1 and self.adapter != "pq-lora":
+        methods.aggregation(self.aggregation).check(self.adapter, self.groups)
+        if len(set(sizes)) > 1 and not adapter_of(self.adapter).blocks:
+            sharing = " or ".join(repr(a.name) for a in ADAPTER_REGISTRY.values() if a.blocks)
             raise ConfigError(f"model-sizes = {self.model_sizes!r} mixes sizes, which only adapter = "
-                              f"'pq-lora' can share (got {self.adapter!r})")
+                              f"{sharing} can share (got {self.adapter!r})")
         if self.group_conflict != "none" and not self.groups:
             raise ConfigError(f"group-conflict = {self.group_conflict!r} needs client-groups, one group id "
                               "per partition id, e.g. client-groups = '0,0,1,1'")
-        if self.run_name in (".", "..") or "/" in self.run_name or "\\" in self.run_name:
-            raise ConfigError(f"run-name = {self.run_name!r} must be a plain folder name")
-        try:
-            self.privacy.component.check(self)
-        except ValueError as err:
-            raise ConfigError(str(err)) from None
+        self.privacy.component.check(self)
 
     def model_spec(self, device: str = "cpu", client: bool = True, size: str = "base"
                    ) -> model_registry.ModelSpec:
@@ -281,12 +178,12 @@ class RunConfig:
             dtype=resolve_dtype(self.dtype, device) if client else "float32",
             quantization=self.quantization if client else "none",
             gradient_checkpointing=self.gradient_checkpointing, device=device,
-            shared_head=self.head == "shared", frozen_head=self.head == "frozen",
+            shared_head=head_of(self.head).shared, frozen_head=head_of(self.head).frozen,
             frozen_projection=self.projection == "frozen", base_weights=client)
 
     def to_dict(self) -> dict[str, object]:
-        """The flat ``key: value`` run config (run-wide keys, then each method's)."""
-        values = {key: getattr(self, key.replace("-", "_")) for key in self.run_keys()}
+        """The flat ``key: value`` run config, every owner's keys in `owners` order."""
+        values: dict[str, object] = {}
         for settings in self.owned:
             values.update(settings.to_dict())
         return values
@@ -313,13 +210,14 @@ def parse_model_sizes(value: str, model: str, key: str = "model-sizes") -> list[
     return sizes
 
 
-def _check(key: str, value: object, kind: str) -> object:
-    """One run-wide key checked by the methods' own checker (`methods.base.check_value`)."""
-    low, high = BOUNDS.get(key, (None, None))
-    try:
-        return check_value(key, value, kind, CHOICES.get(key, ()), low, high, key in STRICT_LOW)
-    except ValueError as err:
-        raise ConfigError(str(err)) from None
+_RUN = (*RUN_WIDE, TrainingSettings, ScoringSettings, PrivacySettings)
+"""The owners whose keys every run needs."""
+
+
+def _missing(key: str) -> str:
+    """Why a needed key absent from the run config stops the run, in one line."""
+    return (f"run-config key {key!r} is missing: pyproject.toml's [tool.flwr.app.config] lacks it; "
+            f"write the table again with `{WRITE}`")
 
 
 def default_config() -> dict[str, object]:

@@ -27,7 +27,7 @@ from torch import nn
 
 from tasks.models.base import FederatedVLM, is_under
 from tasks.mosaic.modules import GATE, GLOBAL, LOCAL
-from tasks.names import ADAPTERS
+from tasks.names import ADAPTERS, adapter_of
 
 
 def lora_targets(model: FederatedVLM) -> list[str]:
@@ -45,15 +45,14 @@ def lora_targets(model: FederatedVLM) -> list[str]:
 def apply_adapter(model: FederatedVLM, adapter: str, lora_rank: int = 8, *, gated: bool = False,
                   num_blocks: int = 4, seed: int = 0) -> None:
     """Inject the adapter in place and freeze the backbone (trainable unit + personal stay on)."""
-    if adapter not in ADAPTERS:
-        raise ValueError(f"unknown adapter {adapter!r}; choose one of {', '.join(ADAPTERS)}")
-    if adapter == "pq-lora" or (gated and adapter == "lora"):
+    entry = adapter_of(adapter)
+    if entry.blocks or (gated and entry.peft):
         from tasks.mosaic.attach import attach
 
         attach(model, adapter, lora_rank, gated=gated, num_blocks=num_blocks, seed=seed)
     elif gated:
         raise ValueError(f"adapter = {adapter!r} has no global branch for SIMA; use lora or pq-lora")
-    elif adapter == "lora":
+    elif entry.peft:
         from peft import LoraConfig, inject_adapter_in_model  # only where adapters are injected
 
         if not isinstance(lora_rank, int) or lora_rank < 1:
@@ -99,7 +98,7 @@ def layer_parameter_names(model: FederatedVLM, layer: int) -> list[str]:
     if model.wire_names:  # FedMosaic modules: the local branch (P, Q or LoRA A, B)
         return [name for name, _ in model.named_parameters()
                 if is_under(name, prefixes) and name in model.wire_names]
-    lora = model.adapter == "lora"
+    lora = model.adapter in ADAPTERS and adapter_of(model.adapter).peft
     return [
         name
         for prefix in model.layer_prefixes[layer]

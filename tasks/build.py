@@ -16,6 +16,7 @@ from tasks.adapters import apply_adapter
 from tasks.models.base import TASKS, FederatedVLM
 from tasks.models.checks import check_build
 from tasks.models.registry import ModelSpec
+from tasks.names import adapter_of
 
 
 def build_model(spec: ModelSpec, num_outputs: int, task: str = "vqa") -> FederatedVLM:
@@ -38,7 +39,7 @@ def build_model(spec: ModelSpec, num_outputs: int, task: str = "vqa") -> Federat
     if task not in TASKS:
         raise ValueError(f"unknown task {task!r}; choose one of {', '.join(TASKS)}")
     large = spec.size == "large"
-    if spec.adapter == "layer" or large:
+    if not adapter_of(spec.adapter).low_rank or large:  # the layers' own weights are the unit
         spec = replace(spec, base_weights=True)
     with torch.random.fork_rng(devices=[]):
         torch.manual_seed(spec.seed)
@@ -60,7 +61,7 @@ def build_model(spec: ModelSpec, num_outputs: int, task: str = "vqa") -> Federat
         torch.manual_seed(spec.seed + 1)  # adapter init independent of the head's size
         apply_adapter(model, spec.adapter, spec.lora_rank, gated=spec.gated, num_blocks=spec.num_blocks,
                       seed=spec.seed)
-    if large and spec.adapter == "pq-lora":
+    if large and adapter_of(spec.adapter).blocks:
         from tasks.mosaic.align import align_to_pivot
 
         pivot = build_model(ModelSpec(spec.name, spec.adapter, spec.lora_rank, spec.seed,

@@ -12,9 +12,64 @@ from __future__ import annotations
 import importlib
 import re
 from collections.abc import Callable, Iterable
+from dataclasses import dataclass
 
-ADAPTERS: tuple[str, ...] = ("lora", "layer", "pq-lora")
+
+@dataclass(frozen=True)
+class Adapter:
+    """One ``adapter`` of the registry: what a layer's trainable unit is, as every room asks it.
+
+    ``low_rank``: factors of rank ``lora-rank`` beside frozen weights (not the layer's own weights);
+    ``peft``: peft's LoRA modules, whose Linear targets ``lora-targets`` can narrow and whose
+    products can run in the base's dtype from float32 masters (`tasks.train.MasterWeights`);
+    ``blocks``: placed on ``num-blocks`` block layers, shared across model sizes by P and Q alone
+    (FedMosaic's PQ-LoRA, `tasks.mosaic`), so only it mixes client sizes; ``per_example``: Opacus
+    computes its per-example gradients (``dp = "sample"``)."""
+
+    name: str
+    low_rank: bool = True
+    peft: bool = False
+    blocks: bool = False
+    per_example: bool = True
+
+
+ADAPTER_REGISTRY: dict[str, Adapter] = {entry.name: entry for entry in (
+    Adapter("lora", peft=True),
+    Adapter("layer", low_rank=False),
+    Adapter("pq-lora", blocks=True, per_example=False),
+)}
+ADAPTERS: tuple[str, ...] = tuple(ADAPTER_REGISTRY)
 """Run setting ``adapter`` (`tasks.adapters.apply_adapter`)."""
+
+
+@dataclass(frozen=True)
+class Head:
+    """One ``head``: whether the answer head is shared state (aggregated with the adapters) or a
+    generator's projector kept as loaded (neither trained nor sent); neither: each client's own."""
+
+    name: str
+    shared: bool = False
+    frozen: bool = False
+
+
+HEAD_REGISTRY: dict[str, Head] = {entry.name: entry for entry in (
+    Head("private"), Head("shared", shared=True), Head("frozen", frozen=True))}
+HEADS: tuple[str, ...] = tuple(HEAD_REGISTRY)
+"""Run setting ``head``: what becomes of a model's answer head (`tasks.models.registry.ModelSpec`)."""
+
+
+def adapter_of(name: str) -> Adapter:
+    """The registry entry of ``adapter = name``; ValueError naming it and the choices if unknown."""
+    if name not in ADAPTER_REGISTRY:
+        raise ValueError(f"unknown adapter {name!r}; choose one of {', '.join(ADAPTERS)}")
+    return ADAPTER_REGISTRY[name]
+
+
+def head_of(name: str) -> Head:
+    """The registry entry of ``head = name``; ValueError naming it and the choices if unknown."""
+    if name not in HEAD_REGISTRY:
+        raise ValueError(f"unknown head {name!r}; choose one of {', '.join(HEADS)}")
+    return HEAD_REGISTRY[name]
 VLM_LAYERS: tuple[str, ...] = ("language", "vision", "both")
 """Run setting ``vlm-layers``: a generator's selectable blocks (`tasks.models.generative`)."""
 LNTK: str = "lntk"

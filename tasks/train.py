@@ -41,6 +41,7 @@ from tasks.adapters import (
 )
 from tasks.device import resolve_device
 from tasks.models.base import FederatedVLM
+from tasks.names import ADAPTERS, adapter_of
 
 if TYPE_CHECKING:
     from tasks.data import Sample
@@ -151,7 +152,7 @@ class MasterWeights:
     def of(cls, model: FederatedVLM, unit: list[torch.nn.Parameter]) -> MasterWeights | None:
         """For plain LoRA (`tasks.adapters`) over a bfloat16 or float16 base; None otherwise."""
         dtype = getattr(model, "dtype", torch.float32)
-        plain = model.adapter == "lora" and not model.gated
+        plain = model.adapter in ADAPTERS and adapter_of(model.adapter).peft and not model.gated
         if not unit or not plain or dtype not in (torch.bfloat16, torch.float16):
             return None
         return cls(unit, dtype) if all(p.dtype == torch.float32 for p in unit) else None

@@ -21,11 +21,12 @@ from methods.fedpia import combine as client_pia
 from methods.fedpia.settings import FedPiaSettings
 from methods.hooks import ClientHook, TrainStep
 from strategies.records import State, select_layers
+from tasks.names import adapter_of
 
 
 def uses_client_pia(adapter: str, settings: FedPiaSettings) -> bool:
     """Does a FedPIA run with this adapter align and combine adapters on the client?"""
-    return settings.client_level and adapter == "lora"
+    return settings.client_level and adapter_of(adapter).peft
 
 
 class PiaRound(ClientHook):

@@ -13,6 +13,7 @@ from torch import nn
 
 from tasks.models.base import FederatedVLM, is_under
 from tasks.models.registry import LORA_RANK, NUM_BLOCKS, ModelSpec
+from tasks.names import adapter_of
 
 _WRAPPERS = ("base_layer", "base")  # peft LoRA / FedMosaic modules keep the adapted Linear under these
 
@@ -78,7 +79,7 @@ def check_build(spec: ModelSpec, model: FederatedVLM) -> None:
     * ``head = "shared"``: a generator answers with its language head, it has no answer head;
       ``head = "frozen"``: only a generator's projector can stay as loaded, a drawn head must train."""
     name, quantization = spec.name, spec.quantization
-    if quantization != "none" and spec.adapter == "layer":
+    if quantization != "none" and not adapter_of(spec.adapter).low_rank:
         raise ValueError(f"quantization = {quantization!r} is not supported by model {name!r} with adapter = "
                          "'layer': 4-bit weights cannot be trained; use adapter = 'lora' or "
                          "quantization = 'none'")
@@ -96,9 +97,9 @@ def check_build(spec: ModelSpec, model: FederatedVLM) -> None:
 
 def _check_adapter_settings(name: str, model: FederatedVLM, adapter: str, lora_targets: tuple[str, ...],
                             num_blocks: int, lora_rank: int) -> None:
-    targets = ",".join(lora_targets)
-    if lora_targets and (adapter != "lora" or model.gated):
-        why = "SIMA's gated modules" if adapter == "lora" else f"adapter = {adapter!r}"
+    targets, entry = ",".join(lora_targets), adapter_of(adapter)
+    if lora_targets and (not entry.peft or model.gated):
+        why = "SIMA's gated modules" if entry.peft else f"adapter = {adapter!r}"
         raise ValueError(f"lora-targets = {targets!r} is not supported by model {name!r} with {why}: it "
                          "adapts every Linear of the selectable layers; use lora-targets = ''")
     known = linear_names(model)
@@ -106,10 +107,10 @@ def _check_adapter_settings(name: str, model: FederatedVLM, adapter: str, lora_t
     if unknown:
         raise ValueError(f"lora-targets = {targets!r} is not supported by model {name!r}: no Linear named "
                          f"{', '.join(unknown)} in its selectable layers; use names among {', '.join(known)}")
-    if num_blocks != NUM_BLOCKS and adapter != "pq-lora":
+    if num_blocks != NUM_BLOCKS and not entry.blocks:
         raise ValueError(f"num-blocks = {num_blocks!r} is not supported by model {name!r} with adapter = "
                          f"{adapter!r}: only pq-lora places blocks (FedMosaic Eq. 7); use num-blocks = "
                          f"{NUM_BLOCKS}")
-    if lora_rank != LORA_RANK and adapter == "layer":
+    if lora_rank != LORA_RANK and not entry.low_rank:
         raise ValueError(f"lora-rank = {lora_rank!r} is not supported by model {name!r} with adapter = "
                          f"'layer': it trains the layers' own weights; use lora-rank = {LORA_RANK}")

@@ -16,6 +16,7 @@ from torch import nn
 
 from tasks.models.base import is_under
 from tasks.mosaic.modules import LOCAL, MosaicLinear, block_layers
+from tasks.names import adapter_of
 
 
 def _targets(model: nn.Module, prefixes: tuple[str, ...]) -> list[str]:
@@ -35,7 +36,7 @@ def pq_modules(model: nn.Module, num_blocks: int) -> dict[str, tuple[int, str]]:
 
 def attach(model: nn.Module, adapter: str, rank: int, *, gated: bool, num_blocks: int, seed: int) -> None:
     """Replace the adapted modules by `MosaicLinear` in place and fill ``model.wire_names``."""
-    if adapter == "pq-lora":
+    if adapter_of(adapter).blocks:
         sites = pq_modules(model, num_blocks)
         kind = "pq"
     else:

@@ -11,7 +11,7 @@ from tests.tasks.test_generative import simulate
 
 def test_the_subset_is_a_fixed_prefix_before_the_last_round_and_everything_in_it():
     questions = list(range(7))
-    subset = EvaluationSettings(subset=3)
+    subset = EvaluationSettings(eval_subset=3)
     assert subset.questions(questions, last=False) == [0, 1, 2]
     assert subset.questions(questions, last=True) == questions
     assert EvaluationSettings().questions(questions, last=False) == questions

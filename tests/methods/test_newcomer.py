@@ -125,3 +125,31 @@ def test_a_planted_method_package_runs_two_rounds(planted, tmp_path):
     clients = trained_rounds(tmp_path / "run" / "clients.jsonl")
     # layers 1 and 3 of 4 for every client although its budget is 1: the rule needs no budget
     assert len(clients) == 4 and all(sorted(row["mask"]) == [1, 3] for row in clients)
+
+
+def test_its_key_is_needed_only_where_it_is_used_and_the_one_command_writes_it(planted, tmp_path):
+    """Before pyproject.toml holds `echo-scale`: a run of another method is unaffected (RUN has no
+    such key), a run of `echo` without it names pyproject.toml and the command in one line; the
+    command writes the key with its declared default into a copy of pyproject.toml and of
+    docs/reference.md, after which the checked files equal what it writes."""
+    import shutil
+
+    from experiments import reference
+    from settings import ConfigError
+    from settings.config import WRITE
+
+    assert "echo-scale" not in RUN
+    assert RunConfig.from_mapping(RUN).method_settings.to_dict() == {}
+    with pytest.raises(ConfigError) as err:
+        RunConfig.from_mapping({**RUN, "aggregation": "echo"})
+    assert str(err.value) == ("run-config key 'echo-scale' is missing: pyproject.toml's "
+                              f"[tool.flwr.app.config] lacks it; write the table again with `{WRITE}`")
+    (tmp_path / "docs").mkdir()
+    for name in ("pyproject.toml", "docs/reference.md"):
+        shutil.copyfile(reference.PROJECT_ROOT / name, tmp_path / name)
+    written = [str(tmp_path / "pyproject.toml"), str(tmp_path / "docs/reference.md")]
+    assert reference.stale(tmp_path) == written
+    reference.write(tmp_path)
+    assert reference.stale(tmp_path) == []
+    assert "\necho-scale = 1.0" in (tmp_path / "pyproject.toml").read_text()
+    assert "| `echo-scale` | `1.0` |" in (tmp_path / "docs/reference.md").read_text()
