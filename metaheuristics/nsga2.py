@@ -24,8 +24,8 @@ elimination on packed bits, crossover and mutation in place, and ``opt`` not rec
 population is 50 x 800,000 booleans, 40 MB) what remains is streaming those arrays: the
 einsum and byte-block count of Instance.evaluate, pymoo stacking the individuals for the
 evaluator and the mating, and the importance-proportional start (about a fifth of the
-run). Measured (median of 3 on a shared 2-core machine): 3.8 s there (CPU 3.8 s; 7.8 s
-of CPU before these changes), 0.40 s at 1,000 clients (0.67 s before).
+run). Measured (median of 3 on a shared 2-core machine): 3.8 s there (CPU 3.8 s), 0.40 s at
+1,000 clients (docs/compare.md, "Benchmark").
 """
 
 from __future__ import annotations

@@ -72,7 +72,7 @@ class SwapMutation(Mutation):
     """With probability ``prob`` per individual, one client swaps one selected layer for an
     unselected one, steered towards balance (moves.swap_one with the client scores as
     weights). The printed Algorithm 11 resamples range(k_i), i.e. always layers
-    0..k_i-1, which is not a mutation; the issue asks for this swap instead."""
+    0..k_i-1, which is not a mutation; this swap is one."""
 
     def _do(self, problem, X, *args, random_state=None, **kwargs):
         inst = problem.instance

@@ -80,7 +80,7 @@ def histogram_std(counts: np.ndarray) -> np.ndarray:
 def positive_weights(weights: np.ndarray) -> np.ndarray:
     """Make (..., L) sampling weights strictly positive without changing their meaning.
 
-    An all-zero row becomes uniform (the issue: zero rows mean uniform importance); a zero
+    An all-zero row becomes uniform (a zero row means uniform importance, `optimize`); a zero
     entry in a non-zero row gets 1e-12 of the row maximum, so it is only drawn when a
     budget cannot be filled otherwise, and then uniformly among the zero entries.
     """

@@ -21,7 +21,7 @@ Deviations from the printed pseudo-code, and why:
 * Algorithm 19 scores a move by the weighted sum (new_imp - cur_imp) + (cur_div -
   new_div): one fixed trade-off, so a single run can only find one point of the front.
   AMOSA's dominance-based acceptance with the archive as guide is the multi-objective SA
-  the comparison needs (the issue asks for it).
+  the comparison needs.
 * Algorithm 25 accepts with exp(-delta / T) where delta is the *improvement*, which
   accepts every worse move with probability >= 1; AMOSA's logistic rule above decreases
   with the amount of domination, as the text describes.

@@ -23,7 +23,7 @@ normalised exact match, LoRA and LNTK per block); this module only builds it. Di
 * the projector is not a selectable layer but the generative counterpart of the answer head
   (`FederatedVLM.personal_prefixes`): every client trains it every round whatever its layer mask,
   and ``head = "shared"`` aggregates it every round with the adapters (unit L,
-  `tasks.adapters.shared_units`), as the issue asks, while ``head = "private"`` keeps one per
+  `tasks.adapters.shared_units`), while ``head = "private"`` keeps one per
   client as `minilm-effnet` keeps its image->text projection. A random projector is what LLaVA's
   stage 1 trains, so ``strategy = "none"`` (no layer) still learns; untrained, the model answers
   in sentences ("The shape is ...") and scores 0 by exact match;
