@@ -196,6 +196,6 @@ def _evaluation(setup: ClientSetup, server_round: int) -> dict:
 
 def client_hook(setup: ClientSetup, step: TrainStep) -> ClientHook:
     """The hook of this run's aggregation (its registry entry's factory), or the plain base."""
-    factory = setup.config.method.client
-    hook = factory()(step, setup.config.method_settings) if factory else None
+    factory = setup.config.method.client_factory()
+    hook = factory(step, setup.config.method_settings) if factory else None
     return hook if hook is not None else ClientHook()

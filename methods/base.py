@@ -1,12 +1,12 @@
 """What a method package declares: its own settings (a frozen dataclass parsed from the flat run
 config) and its registry entry, an `Aggregation` or a `Selection`.
 
-This module imports nothing of the project at module level (`metaheuristics` only when a rule
-selects), so `settings` (read by both apps, also in a deployed ClientApp that must stay light) can
-parse every method's keys. An entry reaches its heavy parts (server step, client hook) through
-loader functions whose body imports them: an editor and the import checks follow them, and nothing
-heavy loads until a run uses the method. A bad value raises ValueError with one line naming the key
-and the value; `settings.config` turns it into a `settings.ConfigError`.
+This module imports nothing of the project at module level but `tasks.names` (`metaheuristics` only
+when a rule selects), so `settings` (read by both apps, also in a deployed ClientApp that must stay
+light) can parse every method's keys. An entry names its heavy parts (server step, client hook) as
+``"module:attr"``, as the model and data set registries name their builders, so nothing heavy loads
+until a run uses the method. A bad value raises ValueError with one line naming the key and the
+value; `settings.config` turns it into a `settings.ConfigError`.
 """
 
 from __future__ import annotations
@@ -16,6 +16,8 @@ from dataclasses import dataclass, field, fields
 from typing import Any
 
 import numpy as np
+
+from tasks.names import load_attr
 
 KINDS = {"int": int, "float": float, "str": str, "bool": bool}
 
@@ -105,23 +107,25 @@ Pick = Callable[[np.ndarray, Sequence[int], int], np.ndarray]
 
 @dataclass(frozen=True)
 class Aggregation:
-    """One aggregation method: its run-config name, a loader of its server step (an `Aggregator`,
-    `strategies.aggregation.types`, bound with ``settings.server_keywords``), its settings, a loader
-    of its client hook factory (``(methods.hooks.TrainStep, settings) -> ClientHook | None``;
-    None: plain local training) and what it needs of the model and the run config."""
+    """One aggregation method: its run-config name, its server step (``"module:attr"`` of an
+    `Aggregator`, `strategies.aggregation.types`, bound with ``settings.server_keywords``), its
+    settings, its client hook factory (``"module:attr"`` of ``(methods.hooks.TrainStep, settings) ->
+    ClientHook | None``; None: plain local training) and what it needs of the model and the run config.
+    The step and the hook are named as the model and data set registries name their builders
+    (`tasks.names.load_attr`): their modules load when a run uses the method."""
 
     name: str
-    server: Callable[[], Callable[..., Any]]
+    server: str
     settings: type[MethodSettings] = MethodSettings
-    client: Callable[[], Callable[..., Any]] | None = None
+    client: str | None = None
     needs_gated_model: bool = False
     """The model carries a frozen global branch beside the local one (FedMosaic's gate, Eq. 9)."""
     adapters: tuple[str, ...] = ()
     """The adapters it works with (empty: any)."""
     needs_groups: bool = False
     """It reads ``client-groups`` (one group id per partition id)."""
-    client_dp_refusal: str = "its server step is not declared a per-array mean of the updates"
-    """Why ``dp = "client"`` cannot wrap its server step, one line; empty: it can, the step returning
+    client_dp_refusal: str | None = "its server step is not declared a per-array mean of the updates"
+    """Why ``dp = "client"`` cannot wrap its server step, one line; None: it can, the step returning
     each array's example-weighted mean over the clients that sent it and no per-client models
     (`privacy.dp_fedavg`)."""
 
@@ -134,13 +138,21 @@ class Aggregation:
             raise ValueError(f"aggregation = {self.name!r} needs client-groups, one group id per "
                              "partition id, e.g. client-groups = '0,0,1,1'")
 
-    def server_step(self, settings: MethodSettings, config: Any) -> Callable[..., Any]:
+    def server_step(self) -> Callable[..., Any]:
+        """The server step (its module imported here)."""
+        return load_attr(self.server)
+
+    def bound_step(self, settings: MethodSettings, config: Any) -> Callable[..., Any]:
         """The server step with this run's settings bound (the bare function when it has none)."""
         from functools import partial, update_wrapper
 
-        step = self.server()
+        step = self.server_step()
         keywords = settings.server_keywords(config)
         return update_wrapper(partial(step, **keywords), step) if keywords else step
+
+    def client_factory(self) -> Callable[..., Any] | None:
+        """The client hook factory (its module imported here), None for plain local training."""
+        return None if self.client is None else load_attr(self.client)
 
 
 @dataclass(frozen=True)

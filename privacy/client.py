@@ -75,7 +75,7 @@ class ClientPrivacy(Privacy):
     λ₁, sent un-noised (outside ε, `warning`). Losses and timings stay on the site."""
 
     def check(self, config: Any) -> None:
-        if config.method.client_dp_refusal:
+        if config.method.client_dp_refusal is not None:
             raise ValueError(f"dp = 'client' does not work with aggregation = {config.aggregation!r}: "
                              f"{config.method.client_dp_refusal}")
 

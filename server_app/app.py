@@ -123,9 +123,9 @@ def answer_count(config: RunConfig) -> int:
 
 def aggregator_for(config: RunConfig, accountant: ClientAccountant | None = None) -> Aggregator:
     """The run's aggregator: its registry entry's server step bound with the method's own settings
-    (`methods.base.Aggregation.server_step`), made what the privacy mode needs (`privacy`:
+    (`methods.base.Aggregation.bound_step`), made what the privacy mode needs (`privacy`:
     DP-FedAvg with the accountant's noise multiplier for ``dp = "client"``)."""
-    step = config.method.server_step(config.method_settings, config)
+    step = config.method.bound_step(config.method_settings, config)
     return config.privacy.component.aggregator(step, config, accountant)
 
 

@@ -8,8 +8,6 @@ client's own, their combination trained); `alignment`: the optimal-transport mat
 
 from __future__ import annotations
 
-from collections.abc import Callable
-
 from methods.base import Aggregation, register
 from methods.fedpia.settings import FedPiaSettings
 
@@ -17,18 +15,5 @@ NO_DP = ("its server alignment permutes and weights each site's un-noised update
          "others' mean, so one site moves every site's weight: no per-site bound by dp-clip")
 
 
-def server_step() -> Callable:
-    """The server step, imported when a run uses this method."""
-    from methods.fedpia.server import fedpia
-
-    return fedpia
-
-
-def client_hook() -> Callable:
-    """The client hook factory, imported when a run uses this method."""
-    from methods.fedpia.client import start
-
-    return start
-
-
-register(Aggregation("fedpia", server_step, FedPiaSettings, client=client_hook, client_dp_refusal=NO_DP))
+register(Aggregation("fedpia", "methods.fedpia.server:fedpia", FedPiaSettings,
+                     client="methods.fedpia.client:start", client_dp_refusal=NO_DP))

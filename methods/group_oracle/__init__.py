@@ -3,7 +3,6 @@ reference for personalised aggregation."""
 
 from __future__ import annotations
 
-from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
 
@@ -21,12 +20,5 @@ class GroupOracleSettings(MethodSettings):
         return {"groups": config.groups}
 
 
-def server_step() -> Callable:
-    """The server step, imported when a run uses this method."""
-    from methods.group_oracle.server import group_oracle
-
-    return group_oracle
-
-
-register(Aggregation("group-oracle", server_step, GroupOracleSettings, needs_groups=True,
-                     client_dp_refusal=NO_DP))
+register(Aggregation("group-oracle", "methods.group_oracle.server:group_oracle", GroupOracleSettings,
+                     needs_groups=True, client_dp_refusal=NO_DP))

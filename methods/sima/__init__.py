@@ -8,8 +8,6 @@ per-client models. The model carries a frozen global branch beside the local one
 
 from __future__ import annotations
 
-from collections.abc import Callable
-
 from methods.base import Aggregation, register
 from methods.sima.settings import SimaSettings
 
@@ -17,19 +15,5 @@ NO_DP = ("its sites send gradient features with every update and get one un-nois
          "that the DP-FedAvg noise does not cover")
 
 
-def server_step() -> Callable:
-    """The server step, imported when a run uses this method."""
-    from methods.sima.server import sima
-
-    return sima
-
-
-def client_hook() -> Callable:
-    """The client hook factory, imported when a run uses this method."""
-    from methods.sima.client import start
-
-    return start
-
-
-register(Aggregation("sima", server_step, SimaSettings, client=client_hook, needs_gated_model=True,
-                     adapters=("lora", "pq-lora"), client_dp_refusal=NO_DP))
+register(Aggregation("sima", "methods.sima.server:sima", SimaSettings, client="methods.sima.client:start",
+                     needs_gated_model=True, adapters=("lora", "pq-lora"), client_dp_refusal=NO_DP))

@@ -36,7 +36,7 @@ def test_each_client_receives_exactly_its_planted_groups_weighted_mean():
     np.testing.assert_allclose(result.personal[14]["1:b"], (10 + 90 + 100) / 41, rtol=1e-6)
     for key in ("0:a", "1:b"):  # the shared state is the masked FedAvg of everyone
         np.testing.assert_allclose(result.global_state[key], masked_fedavg(state, updates).global_state[key])
-    assert AGGREGATIONS["group-oracle"].server() is group_oracle
+    assert AGGREGATIONS["group-oracle"].server_step() is group_oracle
 
 
 def test_one_group_is_masked_fedavg_and_bad_groups_are_one_line_errors():

@@ -42,25 +42,13 @@ class EchoSettings(MethodSettings):
         return {"scale": self.scale}
 
 
-def server_step() -> Callable:
-    from methods.echo.server import echo
-
-    return echo
-
-
-def client_hook() -> Callable:
-    from methods.echo.client import start
-
-    return start
-
-
 def odd_layers(scores: np.ndarray, budgets, seed: int) -> np.ndarray:
     masks = np.zeros(scores.shape, dtype=bool)
     masks[:, 1::2] = True
     return masks
 
 
-register(Aggregation("echo", server_step, EchoSettings, client=client_hook),
+register(Aggregation("echo", "methods.echo.server:echo", EchoSettings, client="methods.echo.client:start"),
          Selection("odd", pick=odd_layers, needs_budget=False))
 ''',
     "server.py": '''

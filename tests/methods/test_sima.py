@@ -122,7 +122,7 @@ def test_small_tau_gives_each_client_the_average_of_its_own_group_without_itself
         assert np.abs(result.personal[10 + i]["0:w"] - with_self).max() > 1e-2  # own model excluded
     mean = np.average([s["0:w"] for s in states], axis=0, weights=[u.num_examples for u in updates])
     np.testing.assert_allclose(result.global_state["0:w"], mean, atol=1e-6)  # shared: masked FedAvg
-    assert AGGREGATIONS["sima"].server() is sima
+    assert AGGREGATIONS["sima"].server_step() is sima
 
 
 def test_weights_are_a_softmax_over_the_other_clients_and_a_missing_vector_gets_the_mean():

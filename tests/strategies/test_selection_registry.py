@@ -27,8 +27,8 @@ def test_settings_accepts_exactly_the_registered_aggregations_and_each_names_its
     for name, entry in AGGREGATIONS.items():
         assert RunConfig.from_mapping({**default_config(), "aggregation": name, "client-groups": "0,1",
                                        "adapter": "lora"}).method is entry
-        assert callable(entry.server()) and (entry.client is None or callable(entry.client()))
-    assert AGGREGATIONS["masked-fedavg"].server() is masked_fedavg
+        assert callable(entry.server_step()) and (entry.client is None or callable(entry.client_factory()))
+    assert AGGREGATIONS["masked-fedavg"].server_step() is masked_fedavg
 
 
 def test_every_registered_strategy_is_a_valid_run_config_value_and_builds_its_rule():
