@@ -34,7 +34,15 @@ from pathlib import Path
 import methods
 from experiments.sweep import incomplete
 from flower_compat import check_version
-from settings import PROJECT_ROOT, ConfigError, RunConfig, check_here, default_config, describe, parse_budgets
+from settings import (
+    PROJECT_ROOT,
+    ConfigError,
+    RunConfig,
+    check_here,
+    default_config,
+    describe_budgets,
+    parse_budgets,
+)
 from settings.local import available_cores
 
 SERVER_APP = "server_app.app:app"
@@ -117,7 +125,7 @@ def preflight(config: RunConfig, num_clients: int, client_cpus: float, client_gp
         raise ConfigError(f"device = {config.device!r} needs --client-gpus > 0: Ray hides the GPUs "
                           "from clients without a GPU share")
     plan_run(config)
-    print(describe(config.budgets, num_clients), flush=True)
+    print(describe_budgets(config.budgets, num_clients), flush=True)
 
 
 def check_cpus(cpus: int | None, client_cpus: float, ray_address: str | None = None) -> None:
@@ -224,7 +232,7 @@ def run_experiment(args: argparse.Namespace, overrides: dict[str, object], argv:
         "engine": args.engine, "client-cpus": args.client_cpus, "jobs": args.jobs, "cpus": cpus,
         "settings": {k: v for k, v in base.items() if k not in ("strategy", "seed", "run-name")},
     })
-    print(f"Experiment {experiment_dir}: {len(specs)} runs; {describe(first.budgets, num_clients)}",
+    print(f"Experiment {experiment_dir}: {len(specs)} runs; {describe_budgets(first.budgets, num_clients)}",
           flush=True)
     outcomes = sweep.run_sweep(base, specs, experiment_dir, num_clients, args.client_cpus,
                                      args.client_gpus, echo=lambda line: print(line, flush=True),

@@ -186,7 +186,7 @@ def _evaluation(setup: ClientSetup, server_round: int) -> dict:
                              answers=answers)
     metrics["num-examples"] = int(metrics.pop("num_examples"))
     metrics["partition-id"] = setup.partition_id
-    from client_app.others import others_metrics
+    from client_app.others_accuracy import others_metrics
 
     metrics.update(others_metrics(setup, server_round))
     if setup.partition.task == "vqa":

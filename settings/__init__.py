@@ -11,7 +11,7 @@ from settings.budgets import (
     budgets_for,
     check_budgets,
     check_fits,
-    describe,
+    describe_budgets,
     parse_budget,
     parse_budgets,
 )
@@ -33,7 +33,7 @@ __all__ = [
     "check_here",
     "check_model_here",
     "default_config",
-    "describe",
+    "describe_budgets",
     "parse_budget",
     "parse_budgets",
 ]

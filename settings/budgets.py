@@ -55,7 +55,7 @@ def check_budgets(text: str, num_layers: int) -> None:
         check_fits(budget, num_layers, f"budgets = {text!r}: {budget}")
 
 
-def describe(text: str, num_clients: int) -> str:
+def describe_budgets(text: str, num_clients: int) -> str:
     """One line saying which budgets `num_clients` clients get from `text`, e.g. for the log."""
     used = budgets_for(text, num_clients)
     if not used:

@@ -19,7 +19,7 @@ from settings import (
     check_data_here,
     check_device_here,
     default_config,
-    describe,
+    describe_budgets,
     parse_budgets,
 )
 
@@ -148,7 +148,7 @@ def test_default_budgets_are_cut_or_cycled_to_the_clients():
     assert budgets_for(default, 3) == [6, 6, 4]
     assert budgets_for(default, 8) == [6, 6, 4, 4, 2, 6, 6, 4]
     assert budgets_for(default, 5) == [6, 6, 4, 4, 2]
-    assert "the first 3" in describe(default, 3) and "cycled" in describe(default, 8)
+    assert "the first 3" in describe_budgets(default, 3) and "cycled" in describe_budgets(default, 8)
     assert budget_of([6, "auto"], 3) == "auto" and budget_of([], 3) is None
     assert budgets_for("", 4) == []
 
