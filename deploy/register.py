@@ -53,8 +53,7 @@ def main(argv: list[str] | None = None) -> int:
         node = registered_node(args.key, args.connection)
         register_site(args.registry, args.site, node)
     except (RuntimeError, ValueError, subprocess.TimeoutExpired) as err:
-        print(f"error: {err}", file=sys.stderr)
-        return 1
+        parser.exit(1, f"error: {err}\n")
     print(f"site {args.site}: node id {node}, recorded in {args.registry}")
     return 0
 

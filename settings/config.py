@@ -117,30 +117,16 @@ class RunConfig:
     def selection_settings(self) -> MethodSettings:
         return self.settings_of(self.selection.settings)
 
-    @property
-    def privacy(self) -> PrivacySettings:
-        """The ``dp-*`` settings (`privacy.settings`)."""
-        return self.settings_of(PrivacySettings)
-
-    @property
-    def training(self) -> TrainingSettings:
-        """A client's local round (`settings.sections`)."""
-        return self.settings_of(TrainingSettings)
-
-    @property
-    def scoring(self) -> ScoringSettings:
-        """How clients score their layers (`settings.sections`)."""
-        return self.settings_of(ScoringSettings)
-
-    @property
-    def evaluation(self) -> EvaluationSettings:
-        """How clients evaluate (`settings.sections`)."""
-        return self.settings_of(EvaluationSettings)
-
-    @property
-    def federation(self) -> FederationSettings:
-        """The rounds, the axes, budgets, sampling and who may speak for a site (`settings.sections`)."""
-        return self.settings_of(FederationSettings)
+    privacy = property(lambda self: self.settings_of(PrivacySettings),
+                       doc="The ``dp-*`` settings (`privacy.settings.PrivacySettings`).")
+    training = property(lambda self: self.settings_of(TrainingSettings),
+                        doc="A client's local round (`settings.sections.TrainingSettings`).")
+    scoring = property(lambda self: self.settings_of(ScoringSettings),
+                       doc="How clients score their layers (`settings.sections.ScoringSettings`).")
+    evaluation = property(lambda self: self.settings_of(EvaluationSettings),
+                          doc="How clients evaluate (`settings.sections.EvaluationSettings`).")
+    federation = property(lambda self: self.settings_of(FederationSettings),
+                          doc="The rounds, axes, budgets, sampling, sites (`settings.sections`).")
 
     @property
     def groups(self) -> list[int]:

@@ -75,8 +75,7 @@ class ModelSettings(MethodSettings):
                                help="client model size per partition id (cycled): base | large; node config "
                                     "model-size wins")
     head: str = setting("private", "head", choices=HEADS,
-                        help="the answer head: private (each client's own) | shared (aggregated with the "
-                             "adapters) | frozen (a generator's projector as loaded)")
+                        help="private: each client's own; shared: aggregated; frozen: a projector as loaded")
     projection: str = setting("trained", "projection", choices=("trained", "frozen"),
                               help="minilm-effnet's image->text projection: trained with the head | frozen "
                                    "(as drawn from the seed)")
@@ -87,8 +86,7 @@ class ModelSettings(MethodSettings):
                                   help="greedy answer length; 0 = the data set's longest answer in tokens, "
                                        "plus the stop token")
     dtype: str = setting("auto", "dtype", choices=DTYPES,
-                         help="frozen weights: auto (bfloat16 on CUDA where supported, else float32) | "
-                              "float32 | bfloat16 | float16")
+                         help="of the frozen weights; auto: bfloat16 on CUDA where supported, else float32")
     quantization: str = setting("none", "quantization", choices=("none", "4bit"),
                                 help="none | 4bit (QLoRA base on CUDA; pip install -e '.[qlora]')")
     gradient_checkpointing: bool = setting(False, "gradient-checkpointing",

@@ -21,14 +21,13 @@ import torch
 
 from tasks.models.tiny_llava import LLAVA_TEMPLATE, TINY_TEXT, byte_tokenizer, llava_processor, tiny_llava
 
-IDEFICS_TEMPLATE = (
-    "{% for m in messages %}{% if m['role'] == 'user' %}User:{% for c in m['content'] %}"
-    "{% if c['type'] == 'image' %}<image>{% else %} {{ c['text'] }}{% endif %}{% endfor %}"
-    "<end_of_utterance>\n"
-    "{% else %}Assistant: {% for c in m['content'] %}{{ c['text'] }}{% endfor %}<end_of_utterance>\n"
-    "{% endif %}{% endfor %}"
-    "{% if add_generation_prompt %}Assistant:{% endif %}"
-)
+IDEFICS_TEMPLATE = "".join([  # Idefics3's chat template, cut to what the tests' conversations use
+    "{% for m in messages %}{% if m['role'] == 'user' %}User:{% for c in m['content'] %}",
+    "{% if c['type'] == 'image' %}<image>{% else %} {{ c['text'] }}{% endif %}{% endfor %}",
+    "<end_of_utterance>\n",
+    "{% else %}Assistant: {% for c in m['content'] %}{{ c['text'] }}{% endfor %}<end_of_utterance>\n",
+    "{% endif %}{% endfor %}{% if add_generation_prompt %}Assistant:{% endif %}",
+])
 VISION = {"hidden_size": 32, "intermediate_size": 64, "num_hidden_layers": 2, "num_attention_heads": 2,
           "image_size": 32, "patch_size": 8}
 
