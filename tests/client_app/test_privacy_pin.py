@@ -16,7 +16,7 @@ from settings import ConfigError, RunConfig
 from tests.client_app.test_config_node import RUN
 from tests.helpers.runs import read_jsonl
 
-DP = {"dp": "sample", "dp-epsilon": 3.0, "strategy": "last", "num-server-rounds": 2}
+DP = {"dp": "sample", "dp-epsilon": 3.0, "strategy": "last", "num-server-rounds": 1}
 
 
 def pinned(tmp_path, **pins) -> dict:
@@ -26,10 +26,9 @@ def pinned(tmp_path, **pins) -> dict:
 
 
 def run(tmp_path, name: str, site: dict, **settings) -> tuple[list[dict], list[dict]]:
-    """One run of the real apps on two plain sites and ``site``: its rounds and client rows."""
+    """One round of the real apps on a plain site and ``site``: its rounds and client rows."""
     config = {**RUN, "results-dir": str(tmp_path / "runs"), "run-name": name, **DP, **settings}
-    grid = InProcessGrid(client_app, [{"partition-id": i, "num-partitions": 3} for i in range(2)] + [site],
-                         config)
+    grid = InProcessGrid(client_app, [{"partition-id": 0, "num-partitions": 3}, site], config)
     server_app(grid, Context(run_id=1, node_id=0, node_config={}, state=RecordDict(), run_config=config))
     return read_jsonl(tmp_path / "runs" / name / "rounds.jsonl"), read_jsonl(tmp_path / "runs" / name /
                                                                           "clients.jsonl")
@@ -64,27 +63,27 @@ def test_the_site_refuses_a_run_asking_for_more_epsilon_before_it_trains(tmp_pat
     """ε = 8 asked, 3 pinned: the site answers every message with one error line and trains nothing;
     the other sites run."""
     lines, rows = run(tmp_path, "greedy", pinned(tmp_path, **{"dp-epsilon": 3.0}), **{"dp-epsilon": 8.0})
-    refusals = {r["reason"] for line in lines for r in line["rejected"] if r["node"] == 102}
+    refusals = {r["reason"] for line in lines for r in line["rejected"] if r["node"] == 101}
     assert refusals == {"client error: node config dp-epsilon = 3 pins this site's budget, but the run asks "
                         "dp-epsilon = 8: refused before training"}
-    assert not [r for r in rows if r["node"] == 102]
+    assert not [r for r in rows if r["node"] == 101]
     assert not (tmp_path / "site" / "privacy").exists() or not list((tmp_path / "site" / "privacy").iterdir())
 
 
 def test_the_sites_ledger_adds_up_across_runs_whatever_run_folder_the_server_names(tmp_path):
-    """Two runs of ε = 3 each, in different run folders, on a site pinning ε = 3: the first spends
+    """Two runs of ε = 3 each (one round), in different run folders, on a site pinning ε = 3: the first spends
     up to 3, the second finds the same ledger and sits every round out; the site never reports more
     than 3."""
     site = pinned(tmp_path, **{"dp-epsilon": 3.0})
     first, first_rows = run(tmp_path, "first", site)
     second, second_rows = run(tmp_path, "second", site)
     spent = [r["train"]["dp-epsilon"] for r in first_rows + second_rows
-             if r["node"] == 102 and r["train"] and "dp-epsilon" in r["train"]]
+             if r["node"] == 101 and r["train"] and "dp-epsilon" in r["train"]]
     assert spent and max(spent) <= 3.0
-    trained = [r["round"] for r in first_rows if r["node"] == 102 and r["train"]
+    trained = [r["round"] for r in first_rows if r["node"] == 101 and r["train"]
                and not r["train"].get("dp-sat-out")]
     assert trained, first_rows
-    sat = [r for r in second_rows if r["node"] == 102 and r["train"]]
+    sat = [r for r in second_rows if r["node"] == 101 and r["train"]]
     assert sat and all(r["train"].get("dp-sat-out") == 1 for r in sat)
     ledgers = list((tmp_path / "site" / "privacy").glob("dp-ledger-*.safetensors"))
     assert len(ledgers) == 1
@@ -106,8 +105,8 @@ def test_every_reply_passes_one_allow_list_also_an_evaluation_with_a_loss_in_it(
             seen.append(dict(reply.content["metrics"]))
         return reply
 
-    config = {**RUN, "results-dir": str(tmp_path), "run-name": "run", **DP, "num-server-rounds": 1}
-    grid = InProcessGrid(app, [{"partition-id": i, "num-partitions": 3} for i in range(3)], config)
+    config = {**RUN, "results-dir": str(tmp_path), "run-name": "run", **DP}
+    grid = InProcessGrid(app, [{"partition-id": i, "num-partitions": 3} for i in range(2)], config)
     server_app(grid, Context(run_id=1, node_id=0, node_config={}, state=RecordDict(), run_config=config))
-    assert len(seen) == 6
+    assert len(seen) == 4
     assert all("train_loss" not in m and {"accuracy", "loss", "num-examples"} <= set(m) for m in seen)

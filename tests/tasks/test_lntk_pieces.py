@@ -85,3 +85,18 @@ def test_piece_inputs_of_packed_patches_follow_the_grid():
     torch.testing.assert_close(part["image_grid_thw"], grid[1:])
     torch.testing.assert_close(part["input_ids"], emb["input_ids"][1:])
     assert piece_inputs(emb, 3, 0, 3) is emb
+
+
+def test_the_per_sample_fallback_in_pieces_equals_one_pass(llava):
+    """The path for what hooks cannot score (per-sample gradients) holds the samples of one piece at a
+    time too, with the same Θˡ as all of them at once."""
+    model, samples, _, _ = llava
+    groups = [layer_parameter_names(model, layer) for layer in range(len(model.layer_names))]
+    batch = model.collate(samples)
+    labels = batch.pop("labels")
+    emb = model.embed(batch)
+    whole = lntk.per_sample_grams(model, emb, labels, groups, "loss")
+    pieced = lntk.per_sample_grams(model, emb, labels, groups, "loss", piece_bounds(N, 3))
+    for gram, one in zip(pieced, whole, strict=True):
+        assert float(one.abs().max()) > 0
+        torch.testing.assert_close(gram, one, rtol=1e-9, atol=1e-12 * float(one.abs().max()))

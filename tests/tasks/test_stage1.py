@@ -60,7 +60,7 @@ def test_the_recipe_makes_the_same_bytes_whatever_the_callers_threads(tmp_path, 
 
     monkeypatch.setattr(stage1, "entry_of", lambda recipe: tmp_path / recipe.key)
     monkeypatch.setattr(smol_llava, "build_smol_llava", partial(smol_llava.build_smol_llava, blocks=2))
-    recipe = stage1.Recipe(steps=3, batch_size=4, blocks=2, seed=3)
+    recipe = stage1.Recipe(steps=2, batch_size=2, blocks=2, seed=3)
     sums = []
     before = torch.get_num_threads()
     try:
