@@ -17,10 +17,10 @@ import sys
 from pathlib import Path
 
 import numpy as np
+from strategies.aggregation.sima import TAU, client_weights, similarity_matrix
 
 from settings.config import parse_groups
 from tasks.data.partition import group_of
-from strategies.aggregation.sima import TAU, client_weights, similarity_matrix
 
 
 def _accuracy(replies: list[dict], prefix: str) -> float | str:
