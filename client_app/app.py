@@ -24,7 +24,7 @@ from methods.hooks import ClientHook, TrainStep
 from privacy import Budget
 from settings import ConfigError, RunConfig
 from strategies.records import IDENTITY, REGISTERED_SITE, RUNTIME, from_record, runtime_record, to_record
-from tasks.names import NO_SCORE
+from tasks.names import DP_SAT_OUT, NO_SCORE
 
 # error_replies outermost: a setting the site cannot use is an error reply, wherever it ran;
 # released_only: every reply's metrics pass the privacy mode's allow-list before they leave the site;
@@ -43,8 +43,9 @@ def identify(msg: Message, context: Context) -> Message:
     node = node_settings(context.node_config, RunConfig.from_mapping(context.run_config))
     registered = msg.content["config"].get(REGISTERED_SITE) if "config" in msg.content else None
     if registered is not None and registered != node.client_id:
-        raise ConfigError(f"this node's key is registered as site {registered or 'none'!r}, but its node "
-                          f"config says site = {node.client_id!r}: it answers for no other site")
+        where = f"as site {registered!r}" if registered else "as no site"
+        raise ConfigError(f"this node's key is registered {where}, but its node config says site = "
+                          f"{node.client_id!r}: it answers for no other site")
     return Message(RecordDict({IDENTITY: ConfigRecord({"client": node.client_id})}), reply_to=msg)
 
 
@@ -66,10 +67,8 @@ def train(msg: Message, context: Context) -> Message:
     stored = load_global(setup, context, received, run_dir, before=server_round)
     steps = int(config["local-steps"])
     allowance = _allowance(setup, context, run_dir)
-    sat_out = allowance.sit_out(steps)
-    if sat_out is not None:  # one more round would pass dp-epsilon: no training, the server records it
-        sat_out.update({"num-examples": len(setup.partition.train), "partition-id": setup.partition_id})
-        return Message(RecordDict({"arrays": to_record({}), "metrics": MetricRecord(sat_out)}), reply_to=msg)
+    if allowance.sit_out(steps) is not None:  # one more round would pass dp-epsilon: no training
+        return _sat_out(setup, context, run_dir, steps, msg)
     own = partial(load_local_adapters, context, run_dir, before=server_round)
     hook = client_hook(setup, TrainStep(setup, received, stored, layers, server_round, own))
     mask = np.zeros(len(setup.model.layer_names), dtype=bool)
@@ -91,7 +90,10 @@ def train(msg: Message, context: Context) -> Message:
              "partition-id": setup.partition_id}
     personal = tasks.get_personal_state(setup.model)
     if (rows := allowance.record(steps)) is not None:  # on the ledger before it leaves the site
-        allowance.report(append_ledger(context, rows, run_dir, setup.node.ledger), reply)
+        history = append_ledger(context, rows, run_dir, setup.node.ledger, allowance.within)
+        if history is None:  # another message spent the budget meanwhile: nothing of this round leaves
+            return _sat_out(setup, context, run_dir, steps, msg)
+        allowance.report(history, reply)
     upload, local = hook.finish(tasks.get_layer_state(setup.model, layers), personal, reply)
     upload = privacy.clip(upload, received, setup.config)
     save_personal(context, personal, server_round, run_dir, local=local)
@@ -144,14 +146,25 @@ def evaluate(msg: Message, context: Context) -> Message:
                                              mode=str(config["score-mode"]), step=step,
                                              clip=allowance.score_clip)
         eigenvalues, rows = allowance.release_scores(eigenvalues)
-        if rows is not None:  # on the ledger before it leaves the site
-            append_ledger(context, rows, run_dir, setup.node.ledger)
-        scores["eigenvalues"] = [float(v) for v in eigenvalues]
+        recorded = rows is None or append_ledger(context, rows, run_dir, setup.node.ledger,
+                                                 allowance.within) is not None
+        if recorded:  # on the ledger before it leaves the site
+            scores["eigenvalues"] = [float(v) for v in eigenvalues]
+        else:  # another message spent the budget meanwhile: the scores stay here
+            scores = _allowance(setup, context, run_dir).scores_refused() or {DP_SAT_OUT: 1}
     scores.update({"budget": layer_budget,
                    "num-examples": len(setup.partition.train), "partition-id": setup.partition_id,
                    "seconds": time.perf_counter() - start})
     reply["scores"] = MetricRecord(scores)
     return Message(reply, reply_to=msg)
+
+
+def _sat_out(setup: ClientSetup, context: Context, run_dir: str, steps: int, msg: Message) -> Message:
+    """The reply of a round sat out to stay within the site's budget: no arrays, the ε spent and the
+    ε the round would have reached (the server records it)."""
+    metrics = _allowance(setup, context, run_dir).sit_out(steps) or {DP_SAT_OUT: 1}
+    metrics.update({"num-examples": len(setup.partition.train), "partition-id": setup.partition_id})
+    return Message(RecordDict({"arrays": to_record({}), "metrics": MetricRecord(metrics)}), reply_to=msg)
 
 
 def _allowance(setup: ClientSetup, context: Context, run_dir: str) -> Budget:
@@ -162,7 +175,8 @@ def _allowance(setup: ClientSetup, context: Context, run_dir: str) -> Budget:
         component, pin = setup.config.privacy.component, setup.node.pin
         history = (load_ledger(context, run_dir, setup.node.ledger) if component.keeps_ledger
                    else np.zeros((0, 3)))
-        budget = component.budget(setup.config, len(setup.partition.train), history, cap=pin.epsilon)
+        budget = component.budget(setup.config, len(setup.partition.train), history, cap=pin.epsilon,
+                                  cap_delta=None if pin.epsilon is None else pin.delta or 0.0)
     except ValueError as err:
         raise ConfigError(str(err)) from None
     if budget.plan is not None:

@@ -54,20 +54,34 @@ class PrivacyPin:
     def pinned(self) -> bool:
         return any(v is not None for v in (self.mode, self.epsilon, self.delta, self.clip))
 
-    def refusal(self, privacy: PrivacySettings) -> str:
+    @property
+    def required_mode(self) -> str | None:
+        """The mode a run must have: the pinned one, else ``sample`` where an ε, δ or clip is pinned
+        (only DP-SGD on the site honours them whatever the server does), else none required."""
+        return self.mode or ("sample" if self.pinned else None)
+
+    def refusal(self, privacy: PrivacySettings, validation_share: float = 0.0) -> str:
         """Why the run's ``dp-*`` settings ask for less privacy than pinned ("" where they do not);
         δ is compared once the site knows its examples (`check_delta`)."""
-        if self.mode is not None and privacy.mode != self.mode:
-            return (f"node config dp = {self.mode!r} pins this site's privacy, but the run asks "
+        mode = self.required_mode
+        if mode is not None and privacy.mode != mode:
+            return (f"node config pins this site's privacy (dp = {mode!r}), but the run asks "
                     f"dp = {privacy.mode!r}")
         if privacy.mode == "none":
             return ""
         if self.epsilon is not None and privacy.epsilon > self.epsilon:
             return (f"node config dp-epsilon = {self.epsilon:g} pins this site's budget, but the run asks "
                     f"dp-epsilon = {privacy.epsilon:g}")
+        if self.epsilon is not None and privacy.mode == "client" and privacy.max_epsilon > self.epsilon:
+            return (f"node config dp-epsilon = {self.epsilon:g} pins this site's budget, but the run's cap "
+                    f"is dp-max-epsilon = {privacy.max_epsilon:g}")
         if self.clip is not None and privacy.clip > self.clip:
             return (f"node config dp-clip = {self.clip:g} is this site's most, but the run asks "
                     f"dp-clip = {privacy.clip:g}")
+        if self.pinned and validation_share > 0:
+            return (f"node config pins this site's privacy, but the run asks validation-share = "
+                    f"{validation_share:g}: its held-out questions are training examples whose metrics "
+                    "no ε covers")
         return ""
 
     def check_delta(self, delta: float) -> None:
@@ -173,23 +187,27 @@ def _pin(node: Mapping) -> PrivacyPin:
 
 
 def ledger_file(node: Mapping, dataset: str, pid: int, num: int, pin: PrivacyPin) -> Path | None:
-    """Where this site keeps its privacy ledger, one file per data set it trains on (its name with
-    this node's share of it): ``<privacy-dir>/``, else ``<state-dir>/privacy/``; None where the node
-    says neither (a simulation: the run's folder keeps it, `client_app.personal`). A site that pins
-    its privacy must say where, and which data its ε counts against (node config ``dataset`` or
-    ``data-dir``), so that nothing the server sends can open a fresh ledger."""
+    """Where this site keeps its privacy ledger, one file per data set it trains on: ``<privacy-dir>/``,
+    else ``<state-dir>/privacy/``; None where the node says neither (a simulation: the run's folder
+    keeps it, `client_app.personal`). The file is named by what the node config says of its data
+    (``dataset``, ``data-dir``, ``partition-id``, ``num-partitions``), never by a value of the run
+    config, so no name or option the server sends opens a fresh ledger; a site that pins its privacy
+    must say where its ledger lives and which data its ε counts against. ``dataset``: the data set
+    resolved, the name of a node that states neither (no pin)."""
     state = node.get("state-dir")
     folder = node.get("privacy-dir") or (Path(str(state)) / "privacy" if state else None)
     if pin.pinned and folder is None:
         raise ConfigError(f"{NODE} pins this site's privacy, so its ledger must live on the site: set {NODE} "
                           "privacy-dir (or state-dir)")
-    if pin.pinned and not {"dataset", "data-dir"} & set(node):
+    own = {key: node[key] for key in ("dataset", "data-dir") if key in node}
+    if pin.pinned and not own:
         raise ConfigError(f"{NODE} pins this site's privacy: pin the data its ε counts against too ({NODE} "
                           "dataset or data-dir)")
     if folder is None:
         return None
     check_folder(node, "privacy-dir")
-    key = hashlib.sha256(f"{dataset}|{pid}|{num}".encode()).hexdigest()[:12]
+    named = "|".join(f"{k}={v}" for k, v in sorted(own.items())) if own else dataset
+    key = hashlib.sha256(f"{named}|{pid}|{num}".encode()).hexdigest()[:12]
     return Path(str(folder)) / f"dp-ledger-{key}.safetensors"
 
 
@@ -213,7 +231,7 @@ def node_settings(node: Mapping, config: RunConfig) -> NodeSettings:
     else:
         source, budget = "budgets", budget_of(parse_budgets(config.budgets), pid)
     pin = _pin(node)
-    refusal = pin.refusal(config.privacy)
+    refusal = pin.refusal(config.privacy, config.validation_share)
     if refusal:
         raise ConfigError(f"{refusal}: refused before training")
     return NodeSettings(pid, num, dataset, resolved, budget, source, _model_size(node, config, pid),

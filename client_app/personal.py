@@ -32,6 +32,7 @@ import fcntl
 import hashlib
 import os
 import re
+from collections.abc import Callable
 from pathlib import Path
 
 import numpy as np
@@ -114,14 +115,14 @@ def _stale(stored: dict[int, str], server_round: int) -> list[str]:
     return [name for r, name in stored.items() if r not in kept]
 
 
-def load_ledger(context: Context, run_dir: str = "", site: Path | None = None) -> np.ndarray:
+def load_ledger(context: Context, run_dir: str = "", ledger: Path | None = None) -> np.ndarray:
     """The site's privacy ledger (rows σ, q, count; `privacy.mechanisms.HISTORY_COLUMNS`), empty if none:
-    the file ``site`` where the site's node config says where (`client_app.node.ledger_file`), else
+    the file ``ledger`` where the site's node config says where (`client_app.node.ledger_file`), else
     the one of this run (simulation). A run checkpointed before the ledger existed kept its history
     in the personal state (``dp-history``); that history is read instead, so a resumed run goes on
     counting from it."""
-    if site is not None:
-        return _read_ledger(site) if site.exists() else np.zeros((0, 3))
+    if ledger is not None:
+        return _read_ledger(ledger) if ledger.exists() else np.zeros((0, 3))
     folder = _state_dir(context, run_dir)
     if folder is None:
         stored = from_record(context.state[LEDGER]) if LEDGER in context.state.array_records else None
@@ -137,25 +138,31 @@ def _read_ledger(path: Path) -> np.ndarray:
     return np.asarray(load_file(path)["history"], np.float64).reshape(-1, 3)
 
 
-def append_ledger(context: Context, rows: np.ndarray, run_dir: str = "", site: Path | None = None
-                  ) -> np.ndarray:
-    """Append ``rows`` to the site's ledger (`load_ledger`: ``site``, else this run's) and return the
-    whole ledger. The file is re-read under an exclusive lock, so two messages of one site that
-    overlap (one process per message, or a reply the server gave up on) both land; written to a
-    temporary file, then renamed."""
-    path = site
+def append_ledger(context: Context, rows: np.ndarray, run_dir: str = "", ledger: Path | None = None,
+                  within: Callable[[np.ndarray], bool] | None = None) -> np.ndarray | None:
+    """Append ``rows`` to the site's ledger (`load_ledger`: ``ledger``, else this run's) and return the
+    whole ledger; None, and nothing written, where ``within`` says the ledger with the rows would pass
+    the site's budget. The file is re-read and judged under an exclusive lock, so two messages of one
+    site that overlap (one process per message, two runs at once) cannot both pass the budget, and
+    the release they record leaves the site only afterwards; written to a temporary file, then
+    renamed."""
+    path = ledger
     if path is None:
         folder = _state_dir(context, run_dir)
         if folder is None:
             history = np.vstack([load_ledger(context, run_dir), rows])
+            if within is not None and not within(history):
+                return None
             context.state[LEDGER] = to_record({"history": history})
             return history
         path = folder / f"{LEDGER}.safetensors"
     path.parent.mkdir(parents=True, exist_ok=True)
     with open(path.with_suffix(".lock"), "w") as lock:
         fcntl.flock(lock, fcntl.LOCK_EX)
-        before = load_ledger(context, run_dir, site)
+        before = load_ledger(context, run_dir, ledger)
         history = np.ascontiguousarray(np.vstack([before, rows]), dtype=np.float64)
+        if within is not None and not within(history):
+            return None
         tmp = path.with_suffix(".tmp")
         save_file({"history": history}, tmp)
         os.replace(tmp, path)

@@ -34,6 +34,10 @@ class Budget:
         """The ledger rows of a round's ``steps`` once trained (None: nothing to record)."""
         return None
 
+    def within(self, history: np.ndarray) -> bool:
+        """Does ``history`` keep the site within its budget (checked under the ledger's lock)?"""
+        return True
+
     def report(self, history: np.ndarray, reply: dict) -> None:
         """The accountant's figures for the site's whole ``history`` (its ledger) into ``reply``."""
 
@@ -94,9 +98,11 @@ class Privacy:
         """One line the server logs before round 1 about what this run's ε leaves out ("" = nothing)."""
         return ""
 
-    def budget(self, config: Any, n: int, history: np.ndarray, cap: float | None = None) -> Budget:
+    def budget(self, config: Any, n: int, history: np.ndarray, cap: float | None = None,
+               cap_delta: float | None = None) -> Budget:
         """A client's budget with its ``n`` training examples and the ``history`` it has stored;
-        ``cap``: the ε the site pins over its whole history (None: the run's ``dp-epsilon``)."""
+        ``cap``: the ε the site pins over its whole history (None: the run's ``dp-epsilon``), judged at
+        ``cap_delta`` (0: 1/(10 n); None: the run's δ)."""
         return Budget()
 
     def clip(self, upload: dict[str, np.ndarray], received: dict[str, np.ndarray], config: Any

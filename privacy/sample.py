@@ -63,6 +63,13 @@ class SampleBudget(Budget):
     cap: float = 0.0
     """The most ε the history may reach: the site's pinned ``dp-epsilon`` over every run on its data,
     else the run's (`SamplePrivacy.budget`)."""
+    cap_delta: float = 1.0
+    """The δ the cap is judged at: the smaller of the run's and, where the site pins its ε, its pinned
+    δ (else 1/(10 n)), so that a larger δ the server sends cannot shrink the ε the ledger counts."""
+
+    @property
+    def delta(self) -> float:
+        return min(self.plan.delta, self.cap_delta)
 
     @property
     def score_clip(self) -> float:
@@ -75,11 +82,16 @@ class SampleBudget(Budget):
         return np.array([[self.plan.noise_multiplier, self.plan.sample_rate, float(steps)]])
 
     def _refusal(self, rows: np.ndarray) -> dict[str, float] | None:
-        reached = epsilon_spent(self._after(rows), self.plan.delta)
+        reached = epsilon_spent(self._after(rows), self.delta)
         if reached <= self.cap:
             return None
-        return {DP_SAT_OUT: 1, EPSILON: epsilon_spent(self.history, self.plan.delta),
+        return {DP_SAT_OUT: 1, EPSILON: epsilon_spent(self.history, self.delta),
                 "dp-epsilon-next": reached, "dp-budget": self.cap}
+
+    def within(self, history: np.ndarray) -> bool:
+        """Does the whole ``history`` (the ledger read under its lock, with a release's rows) keep
+        ε within the cap?"""
+        return epsilon_spent(history, self.delta) <= self.cap
 
     def sit_out(self, steps: int) -> dict[str, float] | None:
         return self._refusal(self._train_row(steps))
@@ -88,9 +100,9 @@ class SampleBudget(Budget):
         return self._train_row(steps)
 
     def report(self, history: np.ndarray, reply: dict) -> None:
-        reply.update({EPSILON: epsilon_spent(history, self.plan.delta),
-                      "dp-epsilon-rdp": epsilon_spent(history, self.plan.delta, "rdp"),
-                      "dp-delta": self.plan.delta,
+        reply.update({EPSILON: epsilon_spent(history, self.delta),
+                      "dp-epsilon-rdp": epsilon_spent(history, self.delta, "rdp"),
+                      "dp-delta": self.delta,
                       "dp-noise-multiplier": self.plan.noise_multiplier,
                       "dp-sample-rate": self.plan.sample_rate,
                       "dp-score-noise": self.plan.score_noise})
@@ -159,8 +171,10 @@ class SamplePrivacy(Privacy):
                     rounds * config.training.local_steps, releases, privacy.score_share,
                     config.scoring.batch_size)
 
-    def budget(self, config: Any, n: int, history: np.ndarray, cap: float | None = None) -> SampleBudget:
+    def budget(self, config: Any, n: int, history: np.ndarray, cap: float | None = None,
+               cap_delta: float | None = None) -> SampleBudget:
         resolve_delta(config.privacy.delta, n)
         sample_plan = self.plan(config, n)
-        return SampleBudget(sample_plan, history, sample_plan.epsilon if cap is None else cap)
+        return SampleBudget(sample_plan, history, sample_plan.epsilon if cap is None else cap,
+                            sample_plan.delta if cap_delta is None else resolve_delta(cap_delta, n))
 

@@ -26,6 +26,19 @@ def test_overlapping_appends_all_land_in_the_ledger(tmp_path):
     assert sorted(load_ledger(context, run_dir)[:, 2]) == list(range(1, 17))
 
 
+def test_overlapping_releases_cannot_together_pass_the_budget(tmp_path):
+    """Sixteen messages, each within the budget alone, judged against the ledger under its lock: only
+    as many land as the budget allows (here 5 steps in all), the rest get None and write nothing."""
+    context, ledger = _context(), tmp_path / "site" / "dp-ledger.safetensors"
+    within = lambda history: history[:, 2].sum() <= 5  # noqa: E731
+    with ThreadPoolExecutor(8) as pool:
+        landed = list(pool.map(lambda _: append_ledger(context, np.array([[1.0, 0.1, 1.0]]), ledger=ledger,
+                                                       within=within), range(16)))
+    assert sum(h is not None for h in landed) == 5
+    assert load_ledger(context, ledger=ledger)[:, 2].sum() == 5
+    assert append_ledger(_context(), np.array([[1.0, 0.1, 9.0]]), within=within) is None
+
+
 def test_the_ledger_lives_in_the_context_without_a_run_folder():
     context = _context()
     append_ledger(context, np.array([[1.0, 0.1, 5.0]]))

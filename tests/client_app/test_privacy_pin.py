@@ -9,13 +9,14 @@ import pytest
 from flwr.app import Context, MessageType, RecordDict
 
 from client_app.app import app as client_app
-from client_app.node import node_settings
+from client_app.node import ledger_file, node_settings
 from flower_compat.inprocess import InProcessGrid
 from server_app.app import app as server_app
 from settings import ConfigError, RunConfig
 from tests.client_app.test_config_node import RUN
 from tests.helpers.runs import read_jsonl
 
+MODE_PINNED = "node config pins this site's privacy (dp = 'sample')"
 DP = {"dp": "sample", "dp-epsilon": 3.0, "strategy": "last", "num-server-rounds": 1}
 
 
@@ -37,16 +38,41 @@ def run(tmp_path, name: str, site: dict, **settings) -> tuple[list[dict], list[d
 @pytest.mark.parametrize(("asked", "why"), [
     ({"dp-epsilon": 8.0},
      "node config dp-epsilon = 3 pins this site's budget, but the run asks dp-epsilon = 8"),
-    ({"dp": "none"}, "node config dp = 'sample' pins this site's privacy, but the run asks dp = 'none'"),
-    ({"dp": "client"}, "node config dp = 'sample' pins this site's privacy, but the run asks dp = 'client'"),
+    ({"dp": "none"}, f"{MODE_PINNED}, but the run asks dp = 'none'"),
+    ({"dp": "client"}, f"{MODE_PINNED}, but the run asks dp = 'client'"),
     ({"dp-clip": 2.0}, "node config dp-clip = 1 is this site's most, but the run asks dp-clip = 2"),
+    ({"validation-share": 0.1}, "node config pins this site's privacy, but the run asks validation-share = "
+     "0.1: its held-out questions are training examples whose metrics no ε covers"),
 ])
-def test_a_run_asking_less_privacy_than_the_site_pins_is_refused_in_one_line(tmp_path, asked, why):
-    node = pinned(tmp_path, **{"dp": "sample", "dp-epsilon": 3.0, "dp-clip": 1.0})
+@pytest.mark.parametrize("mode_pinned", [True, False], ids=["mode-pinned", "epsilon-only"])
+def test_a_run_asking_less_privacy_than_the_site_pins_is_refused_in_one_line(tmp_path, asked, why,
+                                                                             mode_pinned):
+    """Also where the site pins only its ε and clip: a pinned ε means DP-SGD on the site."""
+    mode = {"dp": "sample"} if mode_pinned else {}
+    node = pinned(tmp_path, **{"dp-epsilon": 3.0, "dp-clip": 1.0}, **mode)
     with pytest.raises(ConfigError) as err:
         node_settings(node, RunConfig.from_mapping({**RUN, **DP, **asked}))
     assert str(err.value) == f"{why}: refused before training"
     assert node_settings(node, RunConfig.from_mapping({**RUN, **DP, "dp-epsilon": 2.0})).pin.epsilon == 3.0
+
+
+def test_a_client_level_run_whose_cap_passes_the_pinned_epsilon_is_refused(tmp_path):
+    node = pinned(tmp_path, **{"dp": "client", "dp-epsilon": 3.0})
+    asked = {**RUN, **DP, "dp": "client", "dp-epsilon": 2.0}
+    with pytest.raises(ConfigError, match="but the run's cap is dp-max-epsilon = 9: refused before training"):
+        node_settings(node, RunConfig.from_mapping({**asked, "dp-max-epsilon": 9.0}))
+    assert node_settings(node, RunConfig.from_mapping(asked)).pin.mode == "client"
+
+
+def test_the_ledger_is_named_by_the_node_config_alone(tmp_path):
+    """Whatever data set name the run resolves to, a pinning site keeps one ledger per data of its own."""
+    node = pinned(tmp_path, **{"dp-epsilon": 3.0})
+    files = {ledger_file(node, name, 2, 3, node_settings(node, RunConfig.from_mapping({**RUN, **DP})).pin)
+             for name in ("synthetic", "synthetic-renamed", "other")}
+    assert len(files) == 1
+    moved = ledger_file({**node, "data-dir": str(tmp_path / "data")}, "synthetic", 2, 3,
+                        node_settings(node, RunConfig.from_mapping({**RUN, **DP})).pin)
+    assert moved not in files
 
 
 def test_a_pin_needs_the_sites_own_ledger_folder_and_data(tmp_path):
