@@ -48,6 +48,8 @@ class RunConfig:
     owned: tuple[MethodSettings, ...] = field(repr=False)
 
     def __getattr__(self, name: str) -> object:
+        if name.startswith("_") or name == "owned":  # copy/pickle probe before ``owned`` is set
+            raise AttributeError(name)
         for section in self.owned[: len(RUN_WIDE)]:
             if name in section.__dataclass_fields__:
                 return getattr(section, name)

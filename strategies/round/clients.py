@@ -65,9 +65,9 @@ class Clients(Identities):
         return self.personal.get(self.clients.get(node_id, -1), self.global_state)
 
     def _send(self, grid: Grid, messages: list[Message], phase: str,
-              reject: Callable[[int, str], None]) -> list[Message]:
-        """Send (one exchange of this round, timed as ``phase``), wait up to the round timeout,
-        and ``reject`` errors, strays and missing replies.
+              reject: Callable[[int, str], None], timeout: float | None = None) -> list[Message]:
+        """Send (one exchange of this round, timed as ``phase``), wait up to the round timeout (or
+        ``timeout``, where shorter), and ``reject`` errors, strays and missing replies.
 
         Replies are matched to the messages sent (the Grid gives them ids when pushing), so a
         node the SuperLink reports unavailable, or that never answers, is recorded under its own
@@ -76,7 +76,8 @@ class Clients(Identities):
         if not messages:
             return []
         start = time.perf_counter()
-        replies = exchange(grid, messages, self.timeout)
+        limit = timeout if self.timeout is None else min(self.timeout, timeout or self.timeout)
+        replies = exchange(grid, messages, limit)
         self.round_log.seconds[phase] += time.perf_counter() - start
         self.round_log.exchanges += 1
         self.round_log.messages += len(messages)

@@ -25,25 +25,26 @@ class NodesMissing(RuntimeError):
 class Identities:
     """`LayerSelectionStrategy`'s part that learns which client each node is."""
 
-    def identify(self, grid: Grid, nodes: Iterable[int]) -> None:
+    def identify(self, grid: Grid, nodes: Iterable[int], timeout: float | None = None) -> None:
         """Ask every connected node not yet known for its client id (its site name, else
         ``partition-<id>``): one ``query`` exchange, timed as "identifying"; a node whose answer
         failed is asked again in the next round or `REASK_S` seconds later, whichever is first.
         With a site registry (``site-registry``: node id -> the site its key is registered as) the
         query names that site, the site refuses to answer for another, and the server takes a
         node's word only where it is that site. Without one a node's word is its id, refused while
-        another connected node holds it. Every refusal is logged with its reason."""
+        another connected node holds it. Every refusal is logged with its reason. ``timeout``: the
+        most seconds to wait for the answers (also bounded by the round timeout)."""
         nodes, now, server_round = list(nodes), time.monotonic(), self.round_log.server_round
         unknown = [n for n in nodes if n not in self.clients and self._due(n, server_round, now)]
         if not unknown:
             return
-        self.asked.update(dict.fromkeys(unknown, (server_round, now)))
         registered = self.registry() if self.registry is not None else None
         messages = [self._message(n, MessageType.QUERY, {"server-round": server_round} if registered is None
                                   else {"server-round": server_round, REGISTERED_SITE: registered.get(n, "")},
                                   None)
                     for n in unknown]
-        replies = self._send(grid, messages, "identifying", self._refused)
+        replies = self._send(grid, messages, "identifying", self._refused, timeout)
+        self.asked.update(dict.fromkeys(unknown, (server_round, time.monotonic())))
         held = {self.clients[n]: n for n in nodes if n in self.clients}
         for msg in sorted(replies, key=lambda m: m.metadata.src_node_id):
             node = msg.metadata.src_node_id
@@ -72,14 +73,15 @@ class Identities:
 
     def client_ids(self, grid: Grid) -> dict[str, int]:
         """Client id -> node id of every connected, identified node, waiting up to ``node_wait``
-        seconds for ``min_nodes`` of them; then `NodesMissing` names the sites missing. A node
-        that is no longer connected loses its id (a reconnected site is asked again)."""
+        seconds for ``min_nodes`` of them (no identity query waits past that); then `NodesMissing`
+        names the sites missing. A node that is no longer connected loses its id (a reconnected
+        site is asked again)."""
         deadline = time.monotonic() + self.node_wait
         while True:
             nodes = sorted(grid.get_node_ids())
             for gone in set(self.clients) - set(nodes):
                 del self.clients[gone]
-            self.identify(grid, nodes)
+            self.identify(grid, nodes, max(1.0, deadline - time.monotonic()))
             by_client = {self.clients[n]: n for n in nodes if n in self.clients}
             if len(by_client) >= self.min_nodes:
                 return by_client

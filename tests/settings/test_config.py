@@ -207,3 +207,16 @@ def test_local_checks_name_the_setting_they_judge(tmp_path):
     assert check_device_here("cpu") == "cpu"
     with pytest.raises(ConfigError, match="^node config device = 'tpu'"):
         check_device_here("tpu", "node config device")
+
+
+def test_a_run_config_copies_and_pickles_with_its_settings():
+    """Ray and `copy` build the object before its sections are set: the look-up of a run-wide
+    setting must not recurse then."""
+    import copy
+    import pickle
+
+    config = RunConfig.from_mapping({**default_config(), "lr": 3e-4})
+    for twin in (copy.deepcopy(config), pickle.loads(pickle.dumps(config))):
+        assert twin == config and twin.training.lr == 3e-4 and twin.seed == config.seed
+    with pytest.raises(AttributeError, match="RunConfig has no setting 'no_such'"):
+        config.no_such  # noqa: B018

@@ -6,6 +6,7 @@ grid whose nodes can go offline and come back (no Ray, no torch)."""
 from __future__ import annotations
 
 import json
+import time
 
 import pytest
 from flwr.app import ConfigRecord, Context, Error, Message, MessageType, RecordDict
@@ -23,7 +24,7 @@ from tests.strategies.test_strategy import L, initial_state, scripted_app
 class SiteGrid(InProcessGrid):
     """Nodes that may be offline (not listed, messages answered "Node Unavailable") and that answer
     identity queries as `identity` says; a node whose ``drop-queries`` count is above 0 fails that
-    many queries first."""
+    many queries first; a ``silent`` one never answers them."""
 
     def __init__(self, app, node_configs, offline_in: dict[int, set[int]] | None = None) -> None:
         super().__init__(app, node_configs, run_config={})
@@ -44,6 +45,8 @@ class SiteGrid(InProcessGrid):
         if msg.metadata.message_type != MessageType.QUERY:
             return super().answer(msg)
         config = self.contexts[node].node_config
+        if config.get("silent"):
+            return []
         if config.get("drop-queries", 0) > 0:
             config["drop-queries"] -= 1
             return [Message(Error(code=client_app_error_code(), reason="query lost"), reply_to=msg)]
@@ -153,6 +156,19 @@ def test_sites_missing_after_node_wait_stop_the_run_with_one_line_naming_them(mo
     assert "\n" not in line and line.startswith("min-nodes = 4 not met after node-wait = 0.3 s")
     assert "registered sites missing: intruder, site-2, site-3" in line
     assert line.endswith("connected nodes not identified: 102 (client error: query lost)")
+
+
+def test_a_site_that_never_answers_stops_the_run_at_node_wait_not_the_round_timeout():
+    """The identity query waits no longer than what is left of ``node-wait``, not the (long) round
+    timeout."""
+    grid = SiteGrid(site_app(), [SITES[0], SITES[1], {**SITES[2], "silent": True}])
+    start = time.monotonic()
+    with pytest.raises(NodesMissing, match="connected nodes not identified: 102"):
+        grid.server_round = 1
+        strategy = LayerSelectionStrategy(make_rule("lntk"), L, train_config={"local-steps": 1}, seed=0,
+                                          aggregator=local_only, min_nodes=3, node_wait=1.0)
+        strategy.start(grid, to_record(initial_state()), num_rounds=1, timeout=120.0)
+    assert time.monotonic() - start < 60.0
 
 
 def test_the_optimiser_sees_the_sites_in_client_id_order_whatever_their_node_ids():
