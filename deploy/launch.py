@@ -539,7 +539,7 @@ def with_registry(run_config: str, registry: Path) -> str:
     run config sets it: a node then speaks only for the site its key is registered as."""
     if re.search(r"(^|\s)site-registry\s*=", run_config):
         return run_config
-    return f"site-registry={json.dumps(str(registry))} {run_config}".strip()
+    return f"site-registry={json.dumps(str(registry.resolve()))} {run_config}".strip()
 
 
 def main(argv: list[str] | None = None) -> int:

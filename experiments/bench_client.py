@@ -62,6 +62,7 @@ from tasks.build import build_model
 from tasks.data import load_partition
 from tasks.lntk import layer_scores
 from tasks.models.registry import ModelSpec
+from tasks.names import HEADS, head_of
 from tasks.train import evaluate, train
 
 BUDGET = 4
@@ -411,7 +412,7 @@ def main(argv: list[str] | None = None) -> None:
     parser.add_argument("--device", default="cpu", help="device of the model (default cpu)")
     parser.add_argument("--dtype", default=base["dtype"], choices=("float32", "bfloat16", "float16"),
                         help="generative models' frozen weights")
-    parser.add_argument("--head", default=base["head"], choices=("private", "shared", "frozen"))
+    parser.add_argument("--head", default=base["head"], choices=HEADS)
     parser.add_argument("--eval-questions", type=int, default=base["max-test-samples"],
                         help="test questions the round's evaluation scores (0: no evaluation)")
     parser.add_argument("--eval-answers", default=base["eval-answers"], choices=("generated", "closed-set"))
@@ -455,8 +456,8 @@ def main(argv: list[str] | None = None) -> None:
         budgets=tuple(int(k) for k in args.budgets.split(",") if k.strip()),
         device=args.device,
         model_options={"dtype": args.dtype, "gradient_checkpointing": args.gradient_checkpointing,
-                       "device": args.device, "shared_head": args.head == "shared",
-                       "frozen_head": args.head == "frozen"},
+                       "device": args.device, "shared_head": head_of(args.head).shared,
+                       "frozen_head": head_of(args.head).frozen},
         rates={k: base[k] for k in ("lr", "head-lr", "weight-decay")},
         peak_flops=args.peak_flops,
         evaluation=(args.eval_questions, args.eval_answers),

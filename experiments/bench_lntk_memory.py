@@ -11,9 +11,10 @@ that grows with its samples; it is counted exactly, so the figures do not depend
 allocator or load. For each scoring batch it records: the piece the client's scoring chooses for a
 training step of ``--batch-size`` and ``--budget`` (`tasks.lntk.layer_scores` with ``step``), the
 bytes one scoring pass of that piece keeps (the LNTK peak), the bytes one pass of the whole scoring
-batch would keep (what scoring kept before pieces were sized by memory), and the bytes a training
+batch would keep (scoring unpieced), and the bytes a training
 step of ``--batch-size`` keeps with the budget's last layers (the reference mask, the least of all
-masks of that many layers) and with its first layers (the most): the training peaks. One JSON line
+masks of that many layers) and with its first layers (the most): the training peaks, measured as
+clients train (LoRA in the base's dtype from float32 masters; ``--no-master-weights``: float32). One JSON line
 per scoring batch, with its settings beside its figures; a markdown table on stdout.
 """
 
@@ -58,10 +59,10 @@ def measure(model, samples: list, step: TrainingStep) -> dict:
     train_labels = train.pop("labels")
     with torch.no_grad():
         train_emb = model.embed(train)
-    least = training_kept(model, train_emb, train_labels, step.reference_mask(len(groups)))
     first = np.zeros(len(groups), dtype=bool)
     first[:step.budget] = True
-    most = training_kept(model, train_emb, train_labels, first)
+    least, most = (training_kept(model, train_emb, train_labels, mask, step.master_weights)
+                   for mask in (step.reference_mask(len(groups)), first))
     return {"piece": piece, "lntk_peak_mib": pieced / MIB, "lntk_whole_batch_mib": whole / MIB,
             "training_peak_least_mib": least / MIB, "training_peak_first_layers_mib": most / MIB,
             "lntk_over_training": pieced / least, "lntk_seconds": round(seconds, 2)}
@@ -76,6 +77,8 @@ def main(argv: list[str] | None = None) -> None:
     parser.add_argument("--score-batch-sizes", default="8,16", help="scoring batches, comma-separated")
     parser.add_argument("--budget", type=int, default=4, help="layers the training step trains")
     parser.add_argument("--gradient-checkpointing", action="store_true")
+    parser.add_argument("--master-weights", action=argparse.BooleanOptionalAction, default=True,
+                        help="training's LoRA in the base's dtype from float32 masters, as clients train")
     parser.add_argument("--threads", type=int, default=0, help="torch threads (0: torch's default)")
     parser.add_argument("--out", type=Path, help="append one JSON line per scoring batch here")
     args = parser.parse_args(argv)
@@ -86,14 +89,15 @@ def main(argv: list[str] | None = None) -> None:
     spec = ModelSpec(args.model, dtype=args.dtype, gradient_checkpointing=args.gradient_checkpointing)
     model = build_model(spec, len(part.labels), part.task)
     model.answers = tuple(part.labels)
-    step = TrainingStep(args.batch_size, args.budget)
+    step = TrainingStep(args.batch_size, args.budget, args.master_weights)
     print("| gradient checkpointing | scoring batch | batch size | budget | piece | LNTK peak MiB | whole "
           "scoring batch MiB | training peak MiB (least; first layers) | LNTK / training |")
     print("|---|---|---|---|---|---|---|---|---|")
     for size in sizes:
         figures = measure(model, part.train[:size], step)
         record = {"model": args.model, "dtype": args.dtype,
-                  "gradient_checkpointing": args.gradient_checkpointing, "scoring_batch": size,
+                  "gradient_checkpointing": args.gradient_checkpointing,
+                  "master_weights": args.master_weights, "scoring_batch": size,
                   "batch_size": args.batch_size, "budget": args.budget, "layers": len(model.layer_names),
                   "memory": "saved-for-backward bytes (kept_bytes)", "torch": torch.__version__,
                   "threads": torch.get_num_threads(), "machine": platform.machine(), **figures}

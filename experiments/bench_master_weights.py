@@ -30,7 +30,7 @@ training = importlib.import_module("tasks.train")  # the module: `tasks.train` i
 
 
 def curve(model_name: str, master: bool, steps: int, batch_size: int, budget: int, lr: float) -> dict:
-    """One path's per-step losses and seconds (module doc)."""
+    """One path's per-step losses and seconds (module doc), and the device it ran on."""
     part = load_partition("synthetic", 0, 5, "iid", seed=0)
     model = build_model(ModelSpec(model_name, dtype="bfloat16", seed=0, frozen_head=True), len(part.labels),
                         part.task)
@@ -54,7 +54,7 @@ def curve(model_name: str, master: bool, steps: int, batch_size: int, budget: in
                        master_weights=master)
     finally:
         training._step = real
-    return {"losses": losses, "step_cpu_s": cpu, "step_wall_s": wall}
+    return {"losses": losses, "step_cpu_s": cpu, "step_wall_s": wall, "device": str(model.device)}
 
 
 def main(argv: list[str] | None = None) -> None:
@@ -75,7 +75,7 @@ def main(argv: list[str] | None = None) -> None:
     record = {
         "model": args.model, "steps": args.steps, "batch_size": args.batch_size, "budget": args.budget,
         "lr": args.lr, "threads": torch.get_num_threads(), "torch": torch.__version__,
-        "machine": platform.machine(), "device": "cpu (no GPU was lent)",
+        "machine": platform.machine(), "device": plain["device"],
         "median_step_cpu_s": {k: float(np.median(v["step_cpu_s"][1:])) for k, v in runs.items()},
         "median_step_wall_s": {k: float(np.median(v["step_wall_s"][1:])) for k, v in runs.items()},
         "largest_loss_difference": float(np.max(np.abs(np.subtract(plain["losses"], mixed["losses"])))),

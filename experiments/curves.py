@@ -8,9 +8,10 @@ Per rule, seed and round the overall accuracy is the clients' accuracy weighted 
 round and its share of `all`'s); the paired differences reference − each rule over their common
 seeds, of the last round and of the mean over rounds 1..N (the area under the curve, a second
 reading), each with its 95 % Student-t interval (`experiments.paired.paired_interval`), its half
-width and a reading ("higher", "lower", "not distinguishable"); and every round's mean with its
-95 % t interval per rule. ``--figure`` draws the per-round means and intervals and writes beside it
-``<stem>.csv``, the table it drew.
+width and a reading ("higher", "lower", "not distinguishable"); the same last-round difference per
+client, to show which clients carry it; and every round's mean with its 95 % t interval per rule.
+``--figure`` draws the per-round means and intervals and writes beside it ``<stem>.csv``, the table
+it drew.
 """
 
 from __future__ import annotations
@@ -95,6 +96,38 @@ def pairs(data: dict, reference: str, others: Sequence[str]) -> list[dict]:
     return out
 
 
+def per_client(rows: Sequence[dict], reference: str, others: Sequence[str]) -> list[dict]:
+    """Per client and other rule: reference − other in the client's last-round accuracy (%), over
+    their common seeds, with its 95 % t interval where there are two seeds or more."""
+    ends: dict[tuple[str, str], dict[int, tuple[int, float]]] = defaultdict(dict)
+    for r in rows:
+        seen = ends[(r["rule"], r["client"])].get(int(r["seed"]))
+        if seen is None or int(r["round"]) > seen[0]:
+            ends[(r["rule"], r["client"])][int(r["seed"])] = (int(r["round"]), 100 * float(r["accuracy"]))
+    out = []
+    for other in others:
+        for client in sorted({c for rule, c in ends if rule == reference}, key=_natural):
+            mine, theirs = ends[(reference, client)], ends.get((other, client), {})
+            seeds = sorted(set(mine) & set(theirs))
+            if not seeds:
+                continue
+            a, b = [mine[s][1] for s in seeds], [theirs[s][1] for s in seeds]
+            row = {"comparison": f"{reference} − {other}", "client": client, "seeds": len(seeds),
+                   "reference": float(np.mean(a)), "other": float(np.mean(b))}
+            if len(seeds) >= 2:
+                row["mean"], row["low"], row["high"] = paired_interval(a, b)
+            else:
+                row["mean"] = a[0] - b[0]
+            out.append(row)
+    return out
+
+
+def _natural(name: str) -> tuple:
+    """``partition-2`` before ``partition-10``."""
+    head, _, tail = name.rpartition("-")
+    return (head, int(tail)) if tail.isdigit() else (name, -1)
+
+
 def per_round(data: dict) -> list[dict]:
     """Rule, round, seeds, mean and 95 % t interval of the overall accuracy."""
     out = []
@@ -135,6 +168,12 @@ def report(rows: Sequence[dict], reference: str, others: Sequence[str]) -> str:
         tail = (f"[{row['low']:+.2f}, {row['high']:+.2f}] | {row['width']:.2f} | {row['reading']} |"
                 if "low" in row else "- | - | one seed: no interval |")
         lines.append(f"{head} {tail}")
+    lines += ["", "| comparison | client | seeds | reference, last round % | other % | difference (pp) "
+              "| 95 % t interval |", "|---|---|---|---|---|---|---|"]
+    for row in per_client(rows, reference, others):
+        interval = f"[{row['low']:+.2f}, {row['high']:+.2f}]" if "low" in row else "-"
+        lines.append(f"| {row['comparison']} | {row['client']} | {row['seeds']} | {row['reference']:.2f} | "
+                     f"{row['other']:.2f} | {row['mean']:+.2f} | {interval} |")
     lines += ["", "| rule | round | seeds | mean % | 95 % t interval |", "|---|---|---|---|---|"]
     for row in per_round(data):
         lines.append(f"| {row['rule']} | {row['round']} | {row['seeds']} | {row['mean']:.2f} | "

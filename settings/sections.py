@@ -52,8 +52,9 @@ class FederationSettings(MethodSettings):
                                help="seconds the server waits for min-nodes identified sites before it stops "
                                     "the run, naming the sites missing")
     site_registry: str = setting("", "site-registry",
-                                 help="JSON file {site: node id} written where each site's key is registered "
-                                      "(deploy.launch, deploy.register): a node speaks only for the site its "
+                                 help="absolute path of the JSON file {site: node id} written where each "
+                                      "site's key is registered (deploy.launch, deploy.register): a node "
+                                      "speaks only for the site its "
                                       "key is registered as; '' = the node's own word (simulation)")
     seed: int = setting(0, "seed", low=0, help="data split, initialisation, batches and sampling")
 

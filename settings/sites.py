@@ -22,9 +22,13 @@ KEY = "site-registry"
 
 def read_registry(path: str | Path) -> dict[int, str]:
     """Node id -> site of the registry file at ``path``; ValueError in one line naming
-    ``site-registry`` for a file that cannot be read, is not ``{site: node id}``, or gives two
-    sites one node id."""
+    ``site-registry`` for a relative path (the ServerApp runs in a process of its own, whose working
+    folder is not where ``flwr run`` was typed), a file that cannot be read, is not
+    ``{site: node id}``, or gives two sites one node id."""
     where = f"{KEY} = {str(path)!r}"
+    if not Path(path).is_absolute():
+        raise ValueError(f"{where} must be an absolute path: the ServerApp reads it in its own process, "
+                         "whose working folder is not where flwr run was typed")
     try:
         sites = json.loads(Path(path).read_text())
     except OSError as err:

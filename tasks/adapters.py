@@ -19,7 +19,8 @@ instead: unit L (one past the L selectable layers), trained and sent by every cl
 
 from __future__ import annotations
 
-from collections.abc import Iterable
+from collections.abc import Iterable, Iterator, Mapping
+from contextlib import contextmanager
 
 import numpy as np
 import torch
@@ -178,6 +179,21 @@ def set_personal_state(model: FederatedVLM, state: dict[str, np.ndarray]) -> Non
             raise ValueError(f"personal state key {name!r} is not a personal parameter")
         checked.append((params[name], _checked_array(name, value, params[name])))
     _copy(checked)
+
+
+@contextmanager
+def gradient_flags(params: Mapping[str, nn.Parameter], on: bool = False) -> Iterator[None]:
+    """Within the block ``params`` require gradients where ``on`` (else as they were, for the block to
+    set); afterwards every one's ``requires_grad`` is what it was before."""
+    flags = {name: p.requires_grad for name, p in params.items()}
+    try:
+        if on:
+            for p in params.values():
+                p.requires_grad_(True)
+        yield
+    finally:
+        for name, p in params.items():
+            p.requires_grad_(flags[name])
 
 
 def freeze_except(model: FederatedVLM, mask: np.ndarray) -> None:

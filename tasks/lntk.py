@@ -62,7 +62,7 @@ from scipy.sparse.linalg import eigsh
 from torch import nn
 from torch.func import functional_call, grad, jacrev, vmap
 
-from tasks.adapters import layer_parameter_names
+from tasks.adapters import gradient_flags, layer_parameter_names
 from tasks.lntk_hooks import NotHookable, Piece, forward_kept, hook_sites, hooked_grams
 from tasks.lntk_pieces import (
     TrainingStep,
@@ -217,17 +217,10 @@ def _memory_piece(model: FederatedVLM, emb: Batch, labels: torch.Tensor, groups:
     if scoring is None:
         named = dict(model.named_parameters())
         scored = {name: named[name] for group in groups for name in group}
-        flags = {name: p.requires_grad for name, p in scored.items()}
-        try:
-            for p in scored.values():
-                p.requires_grad_(True)
-            with torch.enable_grad(), kept_bytes(model) as kept:
-                model.loss(model.forward_embedded(one), first)
-        finally:
-            for name, p in scored.items():
-                p.requires_grad_(flags[name])
+        with gradient_flags(scored, on=True), torch.enable_grad(), kept_bytes(model) as kept:
+            model.loss(model.forward_embedded(one), first)
         scoring = kept[0]
-    training = training_kept(model, one, first, step.reference_mask(len(groups)))
+    training = training_kept(model, one, first, step.reference_mask(len(groups)), step.master_weights)
     return memory_piece(step, scoring, training, n)
 
 

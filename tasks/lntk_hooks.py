@@ -39,6 +39,8 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 
+from tasks.adapters import gradient_flags
+
 
 class NotHookable(Exception):
     """The model's scored parameters cannot be scored from module hooks (see module doc)."""
@@ -160,19 +162,14 @@ def _capturing(sites: list[_Site], size: int) -> Iterator[tuple[_Sink, dict[str,
     """Within the block a capture hook on every scored module and every scored parameter requiring
     gradients (the parameters by name beside the sink); hooks and flags as they were afterwards."""
     scored = {name: getattr(site.module, kind) for site in sites for kind, name in site.params.items()}
-    flags = {name: p.requires_grad for name, p in scored.items()}
     sink = _Sink(size)
     handles = [site.module.register_forward_hook(sink.hook(site)) for site in sites]
     try:
-        for p in scored.values():
-            p.requires_grad_(True)
-        with torch.enable_grad():
+        with gradient_flags(scored, on=True), torch.enable_grad():
             yield sink, scored
     finally:
         for handle in handles:
             handle.remove()
-        for name, p in scored.items():
-            p.requires_grad_(flags[name])
 
 
 def forward_kept(sites: list[_Site], piece: Piece, model: nn.Module) -> int:

@@ -22,7 +22,7 @@ memory, and the model's gradient checkpointing.
 from __future__ import annotations
 
 from collections.abc import Callable, Iterator
-from contextlib import contextmanager
+from contextlib import contextmanager, nullcontext
 from dataclasses import dataclass
 from functools import partial
 
@@ -51,6 +51,11 @@ class TrainingStep:
 
     batch_size: int
     budget: int
+    master_weights: bool = True
+    """Whether training computes LoRA in the base's dtype (`tasks.train.MasterWeights`), as
+    `tasks.train.train` does by default; where a step trains without them (DP-SGD, gradient
+    tracking) its passes keep more, so pieces sized with them are smaller than they need be, never
+    larger."""
 
     def reference_mask(self, num_layers: int) -> np.ndarray:
         """The ``budget`` layers nearest the output: of all masks of k layers, the one whose step
@@ -119,23 +124,28 @@ def _checkpointing_blocks(model: nn.Module) -> list[nn.Module]:
             if isinstance(m, GradientCheckpointingLayer) and m.gradient_checkpointing]
 
 
-def training_kept(model: nn.Module, inputs: Batch, labels: torch.Tensor, mask: np.ndarray) -> int:
-    """`kept_bytes` of one training forward pass of ``inputs`` with ``mask`` trained (as
+def training_kept(model: nn.Module, inputs: Batch, labels: torch.Tensor, mask: np.ndarray,
+                  master_weights: bool = True) -> int:
+    """`kept_bytes` of one training forward pass of ``inputs`` with ``mask`` trained, as
     `tasks.train.train` sets it up: the masked units and the personal parameters require gradients,
-    train mode); the model's flags, mode and random state are left as they were."""
-    from tasks.adapters import freeze_except
+    train mode, and with ``master_weights`` the adapters in the base's dtype where it trains them so
+    (`tasks.train.MasterWeights`: their products then keep half the bytes). The model's flags, mode,
+    adapters and random state are left as they were."""
+    from tasks.adapters import freeze_except, gradient_flags, layer_parameter_names
+    from tasks.train import MasterWeights
 
-    flags = {name: p.requires_grad for name, p in model.named_parameters()}
+    named = dict(model.named_parameters())
+    unit = [named[n] for layer in np.flatnonzero(mask) for n in layer_parameter_names(model, int(layer))]
+    master = MasterWeights.of(model, unit) if master_weights else None
     was_training = model.training
     devices = [labels.device.index or 0] if labels.device.type == "cuda" else []
-    freeze_except(model, mask)
-    model.train()
     try:
-        with torch.random.fork_rng(devices=devices), torch.enable_grad(), kept_bytes(model) as kept:
-            model.loss(model.forward_embedded(inputs), labels)
+        with gradient_flags(named), torch.random.fork_rng(devices=devices), master or nullcontext():
+            freeze_except(model, mask)
+            model.train()
+            with torch.enable_grad(), kept_bytes(model) as kept:
+                model.loss(model.forward_embedded(inputs), labels)
     finally:
-        for name, p in model.named_parameters():
-            p.requires_grad_(flags[name])
         model.train(was_training)
     return kept[0]
 

@@ -73,6 +73,18 @@ def test_the_paired_readings_recompute_from_the_rows(table, capsys):
     assert "one seed: no interval" in out
 
 
+def test_the_last_round_difference_is_shown_per_client(table, capsys):
+    """Each client of the planted runs gains 4, 5, 6 points under f3ocus: its pair says +5."""
+    found = curves.per_client(curves.read(table), "f3ocus-nsga2", ["all", "random"])
+    by = {(r["comparison"], r["client"]): r for r in found}
+    first = by[("f3ocus-nsga2 − all", "partition-0")]
+    assert (first["reference"], first["other"], first["mean"]) == pytest.approx((55.0, 50.0, 5.0))
+    assert first["low"] > 0 and by[("f3ocus-nsga2 − all", "partition-1")]["mean"] == pytest.approx(5.0)
+    assert by[("f3ocus-nsga2 − random", "partition-1")]["seeds"] == 1
+    assert curves.main([str(table), "--reference", "f3ocus-nsga2", "--against", "all"]) == 0
+    assert "| f3ocus-nsga2 − all | partition-1 | 3 | 75.00 | 70.00 | +5.00 |" in capsys.readouterr().out
+
+
 def test_a_run_without_a_ledger_line_is_refused(tmp_path, capsys):
     exp = tmp_path / "exp"
     write_run(exp, "all", 0, (0.3, 0.5))

@@ -215,4 +215,6 @@ def test_the_registry_file_is_read_and_a_bad_one_is_one_line(tmp_path):
     path.write_text("[1, 2]")
     with pytest.raises(ValueError, match="must hold a JSON object"):
         read_registry(path)
+    with pytest.raises(ValueError, match="^site-registry = 'sites.json' must be an absolute path"):
+        read_registry("sites.json")
 

@@ -104,3 +104,21 @@ def test_the_client_sizes_its_pieces_by_its_training_step(monkeypatch, tmp_path)
     assert code == 0, out[-2000:] + err[-2000:]
     assert seen and all(step == TrainingStep(4, 1) and 1 <= piece < 8 for step, piece in seen), seen
 
+
+
+def test_the_training_step_is_measured_as_training_runs_it_with_lora_in_the_bases_dtype():
+    """A bfloat16 base: training computes its LoRA products in bfloat16 from float32 masters
+    (`tasks.train.MasterWeights`), so its step keeps fewer bytes than with float32 adapters; the
+    measure trains as training does, and leaves the adapters float32 and the flags as they were."""
+    part = load_partition("synthetic", 0, 1, "iid", max_train=4, max_test=1)
+    spec = ModelSpec("tiny-llava", dtype="bfloat16", frozen_head=True)
+    model = build_model(spec, len(part.labels), part.task)
+    model.answers = tuple(part.labels)
+    batch = model.collate(part.train)
+    labels = batch.pop("labels")
+    emb = model.embed(batch)
+    mask = TrainingStep(4, 2).reference_mask(len(model.layer_names))
+    before = {name: (p.dtype, p.requires_grad) for name, p in model.named_parameters()}
+    masters, plain = (training_kept(model, emb, labels, mask, on) for on in (True, False))
+    assert masters < 0.9 * plain
+    assert {name: (p.dtype, p.requires_grad) for name, p in model.named_parameters()} == before
