@@ -2,12 +2,14 @@
 base's dtype from float32 master weights (`tasks.train.MasterWeights`), at equal loss curves.
 
     python -m experiments.bench_master_weights --model hf:/tmp/llava-1b --steps 20 --batch-size 8 \
-        --threads 1 --out docs/results/lntk-memory/cpu-1b/master-weights.json
+        --threads 1 --repeats 2 --out docs/results/lntk-memory/cpu-1b/master-weights.json
 
 Each path trains the same freshly built model (bfloat16 base, seed 0) on the same batches, the
 ``--budget`` first layers' adapters: the steps' process CPU seconds and wall seconds (each step
-timed alone, `tasks.train._step`), and the loss of every step. Prints and writes the median step of
-each path, the speed-up, and the largest difference between the two loss curves.
+timed alone, `tasks.train._step`), and the loss of every step. The paths run ``--repeats`` times
+each in ABBA order, so a change in the machine's load during the benchmark falls on both. Prints and
+writes the median step of each path, the speed-up, the largest difference between the two loss
+curves, and the load average at the end.
 """
 
 from __future__ import annotations
@@ -15,6 +17,7 @@ from __future__ import annotations
 import argparse
 import importlib
 import json
+import os
 import platform
 import time
 from pathlib import Path
@@ -65,19 +68,28 @@ def main(argv: list[str] | None = None) -> None:
     parser.add_argument("--budget", type=int, default=4)
     parser.add_argument("--lr", type=float, default=1e-3)
     parser.add_argument("--threads", type=int, default=0, help="torch threads (0: torch's default)")
+    parser.add_argument("--repeats", type=int, default=2, help="runs of each path, in ABBA order")
     parser.add_argument("--out", type=Path)
     args = parser.parse_args(argv)
     if args.threads:
         torch.set_num_threads(args.threads)
-    runs = {name: curve(args.model, master, args.steps, args.batch_size, args.budget, args.lr)
-            for name, master in (("float32-adapters", False), ("master-weights", True))}
-    plain, mixed = runs["float32-adapters"], runs["master-weights"]
+    paths = (("float32-adapters", False), ("master-weights", True))
+    runs: dict[str, list[dict]] = {name: [] for name, _ in paths}
+    for repeat in range(args.repeats):  # ABBA...: drift in the machine's load falls on both paths
+        for name, master in paths if repeat % 2 == 0 else paths[::-1]:
+            runs[name].append(curve(args.model, master, args.steps, args.batch_size, args.budget, args.lr))
+    plain, mixed = runs["float32-adapters"][0], runs["master-weights"][0]
+
+    def median(kind: str) -> dict[str, float]:
+        """Each path's median step over its repeats, each curve's first step (warm-up) left out."""
+        return {k: float(np.median([t for c in v for t in c[kind][1:]])) for k, v in runs.items()}
+
     record = {
         "model": args.model, "steps": args.steps, "batch_size": args.batch_size, "budget": args.budget,
-        "lr": args.lr, "threads": torch.get_num_threads(), "torch": torch.__version__,
-        "machine": platform.machine(), "device": plain["device"],
-        "median_step_cpu_s": {k: float(np.median(v["step_cpu_s"][1:])) for k, v in runs.items()},
-        "median_step_wall_s": {k: float(np.median(v["step_wall_s"][1:])) for k, v in runs.items()},
+        "lr": args.lr, "repeats": args.repeats, "threads": torch.get_num_threads(),
+        "torch": torch.__version__, "machine": platform.machine(), "device": plain["device"],
+        "load_average": os.getloadavg()[0],
+        "median_step_cpu_s": median("step_cpu_s"), "median_step_wall_s": median("step_wall_s"),
         "largest_loss_difference": float(np.max(np.abs(np.subtract(plain["losses"], mixed["losses"])))),
         "loss_drop": float(plain["losses"][0] - plain["losses"][-1]),
         "runs": runs,
