@@ -27,6 +27,9 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 
+import numpy as np
+
+from experiments.curves import last, overall, pairs, read, uplink
 from experiments.paired import DIFFERENCE_COLUMNS, paired_interval
 from experiments.report import mean_std
 
@@ -254,6 +257,26 @@ def _client_dp_cost(sites: int) -> list[float]:
     return list(paired_interval([by["8.0", s] for s in seeds], [by["inf", s] for s in seeds]))
 
 
+EQUAL = "bench-gen-equal/runs.csv"
+
+
+def _equal(*others: str) -> list[float]:
+    """bench-gen-equal from its raw rows (`experiments.curves`), over the seeds every rule ran: their
+    count, F3OCUS's uplink as % of `all`'s, its last-round accuracy, and per other rule its
+    last-round accuracy and F3OCUS − it (mean and 95 % t interval)."""
+    table = read(RESULTS / EQUAL)
+    data, sent = overall(table), uplink(table)
+    rules = ("f3ocus-nsga2", *others)
+    seeds = set.intersection(*(set(data[rule]) for rule in rules))
+    data = {rule: {s: data[rule][s] for s in seeds} for rule in rules}
+    ends = {rule: float(np.mean([last(c) for c in data[rule].values()])) for rule in rules}
+    out = [len(seeds), 100 * sent["f3ocus-nsga2"] / sent["all"], ends["f3ocus-nsga2"]]
+    ended = [r for r in pairs(data, "f3ocus-nsga2", others) if r["reading of"] == "last round"]
+    for other, row in zip(others, ended, strict=True):
+        out += [ends[other], row["mean"], row["low"], row["high"]]
+    return out
+
+
 CHECKS: tuple[Check, ...] = (
     Check("`all` {} %, heads only {} %, majority answer {} %", (K2,),
           lambda: [value(K2, "all", "overall_mean"), value(K2, "none", "overall_mean"),
@@ -299,6 +322,14 @@ CHECKS: tuple[Check, ...] = (
     Check("`docs/results/bench-agg/sweep.sh`, {} runs in {} h with `--jobs 2`", ("bench-agg/sweep_time.csv",),
           lambda: [sum(column("bench-agg/sweep_time.csv", "runs")[:-1]),  # every row but "all"
                    _wall_hours("bench-agg/sweep_time.csv")], document="docs/compare.md"),
+    Check("aligned start; {} seeds of the 10 planned): F3OCUS, at {} % of `all`'s uplink, ends at {} % "
+          "against {} % for `all` ({} points [{}, {}]) and {} % for `random` ({} [{}, {}])", (EQUAL,),
+          lambda: _equal("all", "random"), document="docs/compare.md"),
+    Check("F3OCUS at {} % of `all`'s uplink ends {} points under `all` ([{}, {}], {} seeds) and is not "
+          "distinguishable from random layers ({} [{}, {}])", (EQUAL,),
+          lambda: [(v := _equal("all", "random"))[1], -v[4], v[5], v[6], v[0], *v[8:]]),
+    Check("of `all`'s uplink it ends {} points under `all` ([{}, {}], {} seeds,", (EQUAL,),
+          lambda: [-(v := _equal("all"))[4], v[5], v[6], v[0]], document="docs/results/bench-gen-equal.md"),
     Check("all − none = {} points, interval [{}, {}]", (GEN,),
           lambda: interval(GEN, "bench-gen: all", "none"), document="docs/compare.md"),
     Check("It uplinks {} % of `all`'s bytes", ("bench-gen/selection.csv",), lambda: [_gen_uplink_share()],
