@@ -38,8 +38,10 @@ if os.environ.get("PYTEST_XDIST_WORKER"):
     torch.set_num_threads(1)
 
 LONGEST_FIRST = (  # the modules longest in wall time, longest first: seconds per module summed over its
-    # tests in the quiet 2-worker run above (3 workers in brackets); every other module took under 14 s (21 s)
+    # tests in the quiet 2-worker run above (3 workers in brackets; in square brackets a quiet 3-worker run of
+    # 2026-11-29, 460 s wall and 908 core-seconds busy); every other module took under 14 s (21 s)
     "test_deploy.py",  # 206 (240): a federation, three runs, Flower's 3 s polls and heartbeats
+    "test_deploy_identity.py",  # [207]: two sites, an impostor, two runs; beside test_deploy.py
     "test_ray_cluster.py",  # 100 (111): a two-node Ray cluster's starts
     "test_simulation.py",  # 31 (78)
     "test_generative.py",  # 30 (45)
