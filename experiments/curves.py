@@ -9,7 +9,8 @@ round and its share of `all`'s); the paired differences reference − each rule 
 seeds, of the last round and of the mean over rounds 1..N (the area under the curve, a second
 reading), each with its 95 % Student-t interval (`experiments.paired.paired_interval`), its half
 width and a reading ("higher", "lower", "not distinguishable"); the same last-round difference per
-client, to show which clients carry it; and every round's mean with its 95 % t interval per rule.
+client, to show which clients carry it; the same difference in every round, to show where along
+the run the rules separate; and every round's mean with its 95 % t interval per rule.
 ``--figure`` draws the per-round means and intervals and writes beside it ``<stem>.csv``, the table
 it drew.
 """
@@ -142,6 +143,23 @@ def per_round(data: dict) -> list[dict]:
     return out
 
 
+def paired_rounds(data: dict, reference: str, others: Sequence[str]) -> list[dict]:
+    """Reference − each other rule in every round both ran on all their common seeds: the mean
+    difference (pp) and its 95 % t interval, to show where along the run two rules separate."""
+    out = []
+    for other in others:
+        seeds = sorted(set(data[reference]) & set(data[other]))
+        if len(seeds) < 2:
+            continue
+        curves = [data[rule][s] for rule in (reference, other) for s in seeds]
+        for rnd in sorted(set.intersection(*(set(c) for c in curves))):
+            mean, low, high = paired_interval([data[reference][s][rnd] for s in seeds],
+                                              [data[other][s][rnd] for s in seeds])
+            out.append({"comparison": f"{reference} − {other}", "round": rnd, "seeds": len(seeds),
+                        "mean": mean, "low": low, "high": high, "reading": reading(low, high)})
+    return out
+
+
 def _mean_std(values: Sequence[float]) -> str:
     return f"{np.mean(values):.2f} ± {np.std(values, ddof=1) if len(values) > 1 else 0.0:.2f}"
 
@@ -174,6 +192,11 @@ def report(rows: Sequence[dict], reference: str, others: Sequence[str]) -> str:
         interval = f"[{row['low']:+.2f}, {row['high']:+.2f}]" if "low" in row else "-"
         lines.append(f"| {row['comparison']} | {row['client']} | {row['seeds']} | {row['reference']:.2f} | "
                      f"{row['other']:.2f} | {row['mean']:+.2f} | {interval} |")
+    lines += ["", "| comparison | round | seeds | difference (pp) | 95 % t interval | reading |",
+              "|---|---|---|---|---|---|"]
+    for row in paired_rounds(data, reference, others):
+        lines.append(f"| {row['comparison']} | {row['round']} | {row['seeds']} | {row['mean']:+.2f} | "
+                     f"[{row['low']:+.2f}, {row['high']:+.2f}] | {row['reading']} |")
     lines += ["", "| rule | round | seeds | mean % | 95 % t interval |", "|---|---|---|---|---|"]
     for row in per_round(data):
         lines.append(f"| {row['rule']} | {row['round']} | {row['seeds']} | {row['mean']:.2f} | "

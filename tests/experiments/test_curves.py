@@ -91,3 +91,14 @@ def test_a_run_without_a_ledger_line_is_refused(tmp_path, capsys):
     (exp / "ledger.jsonl").unlink()
     assert raw.main([str(exp), "--csv", str(tmp_path / "x.csv")]) == 2
     assert "has no finished line in ledger.jsonl" in capsys.readouterr().err
+
+
+def test_the_paired_difference_of_every_round_shows_where_the_rules_separate(table, capsys):
+    """The planted f3ocus is level with all in rounds 0 and 1 and 4, 5, 6 points above in round 2:
+    only round 2 reads "higher"; random, on one seed, has no per-round pair."""
+    found = curves.paired_rounds(curves.overall(curves.read(table)), "f3ocus-nsga2", ["all", "random"])
+    assert [(r["comparison"], r["round"]) for r in found] == [("f3ocus-nsga2 − all", n) for n in (0, 1, 2)]
+    assert [r["mean"] for r in found] == pytest.approx([0, 0, 5])
+    assert [r["reading"] for r in found] == ["not distinguishable"] * 2 + ["higher"]
+    assert curves.main([str(table), "--reference", "f3ocus-nsga2", "--against", "all"]) == 0
+    assert "| f3ocus-nsga2 − all | 2 | 3 | +5.00 | [+2.52, +7.48] | higher |" in capsys.readouterr().out
