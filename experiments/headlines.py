@@ -25,6 +25,7 @@ import re
 import sys
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
+from functools import cache
 from pathlib import Path
 
 import numpy as np
@@ -260,17 +261,19 @@ def _client_dp_cost(sites: int) -> list[float]:
 EQUAL = "bench-gen-equal/runs.csv"
 
 
-def _equal(other: str, reading: str = "last round") -> list[float]:
+@cache
+def _equal(other: str, reading: str = "last round") -> tuple[float, ...]:
     """bench-gen-equal from its raw rows (`experiments.curves`), over the seeds F3OCUS and `other`
     both ran: their count, F3OCUS's uplink as % of `all`'s, the two last-round accuracies, and
-    F3OCUS − `other` (mean and 95 % t interval) in `reading` (the last round, or the mean over rounds)."""
+    F3OCUS − `other` (mean and 95 % t interval) in `reading` (the last round, or the mean over rounds).
+    Cached: four checks read it, and each call parses the whole raw-rows CSV."""
     table = read(RESULTS / EQUAL)
     data, sent = overall(table), uplink(table)
     seeds = set(data["f3ocus-nsga2"]) & set(data[other])
     data = {rule: {s: data[rule][s] for s in seeds} for rule in ("f3ocus-nsga2", other)}
     row = next(r for r in pairs(data, "f3ocus-nsga2", [other]) if r["reading of"] == reading)
     ends = [float(np.mean([last(c) for c in data[rule].values()])) for rule in data]
-    return [len(seeds), 100 * sent["f3ocus-nsga2"] / sent["all"], *ends, row["mean"], row["low"], row["high"]]
+    return (len(seeds), 100 * sent["f3ocus-nsga2"] / sent["all"], *ends, row["mean"], row["low"], row["high"])
 
 
 def _equal_verdict() -> list[float]:
