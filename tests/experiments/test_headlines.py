@@ -5,6 +5,7 @@ from pathlib import Path
 
 import pytest
 
+from experiments.curves import read, report
 from experiments.headlines import CHECKS, RESULTS, check, extract, interval, main, markdown_tables, tolerance
 from experiments.paired import read_differences
 
@@ -130,3 +131,19 @@ def test_a_paired_table_without_a_row_minus_base_comparison_is_refused(tmp_path:
     source.write_text("| comparison | per-seed difference (pp) |\n|---|---|\n| just a | +1.00, +2.00 |\n")
     with pytest.raises(ValueError, match="comparison 'just a' is not 'row − base'"):
         extract(source, tmp_path / "x.csv")
+
+
+# page <- the committed raw rows its tables were printed from (`experiments.curves`), and the rules compared
+CURVE_SOURCES = [
+    ("bench-gen-equal.md", "bench-gen-equal/runs.csv", "f3ocus-nsga2", "all,random"),
+]
+
+
+@pytest.mark.parametrize(("page", "rows", "reference", "against"), CURVE_SOURCES)
+def test_every_table_of_a_curves_page_is_reprinted_from_its_raw_rows(page, rows, reference, against):
+    """Each table `experiments.curves` prints from the raw-rows CSV stands on the page as printed,
+    row for row: a figure copied by hand, or left from runs the CSV no longer holds, is caught."""
+    printed = report(read(RESULTS / rows), reference, against.split(","))
+    text = (RESULTS / page).read_text(encoding="utf-8")
+    for table in printed.split("\n\n"):
+        assert table in text, f"{page} lacks the table headed {table.splitlines()[0]!r}"
