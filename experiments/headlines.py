@@ -262,18 +262,30 @@ EQUAL = "bench-gen-equal/runs.csv"
 
 
 @cache
-def _equal(other: str, reading: str = "last round") -> tuple[float, ...]:
-    """bench-gen-equal from its raw rows (`experiments.curves`), over the seeds F3OCUS and `other`
-    both ran: their count, F3OCUS's uplink as % of `all`'s, the two last-round accuracies, and
-    F3OCUS − `other` (mean and 95 % t interval) in `reading` (the last round, or the mean over rounds).
-    Cached: four checks read it, and each call parses the whole raw-rows CSV."""
+def _equal_rows() -> tuple[dict, dict]:
+    """bench-gen-equal's raw rows, read once (every check below parses the same CSV): the overall
+    accuracy per rule, seed and round, and the uplink per rule."""
     table = read(RESULTS / EQUAL)
-    data, sent = overall(table), uplink(table)
-    seeds = set(data["f3ocus-nsga2"]) & set(data[other])
-    data = {rule: {s: data[rule][s] for s in seeds} for rule in ("f3ocus-nsga2", other)}
-    row = next(r for r in pairs(data, "f3ocus-nsga2", [other]) if r["reading of"] == reading)
+    return overall(table), uplink(table)
+
+
+def _equal(other: str, reading: str = "last round", reference: str = "f3ocus-nsga2") -> tuple[float, ...]:
+    """bench-gen-equal from its raw rows (`experiments.curves`), over the seeds `reference` and
+    `other` both ran: their count, `reference`'s uplink as % of `all`'s, the two last-round
+    accuracies, and `reference` − `other` (mean and 95 % t interval) in `reading` (the last round,
+    or the mean over rounds)."""
+    data, sent = _equal_rows()
+    seeds = set(data[reference]) & set(data[other])
+    data = {rule: {s: data[rule][s] for s in seeds} for rule in (reference, other)}
+    row = next(r for r in pairs(data, reference, [other]) if r["reading of"] == reading)
     ends = [float(np.mean([last(c) for c in data[rule].values()])) for rule in data]
-    return (len(seeds), 100 * sent["f3ocus-nsga2"] / sent["all"], *ends, row["mean"], row["low"], row["high"])
+    return (len(seeds), 100 * sent[reference] / sent["all"], *ends, row["mean"], row["low"], row["high"])
+
+
+def _lntk_under_all() -> list[float]:
+    """How far LNTK top-k ends under `all` in bench-gen-equal, and the 95 % interval of that gap."""
+    gap = _equal("all", reference="lntk")
+    return [-gap[4], gap[5], gap[6]]
 
 
 def _equal_verdict() -> list[float]:
@@ -339,6 +351,16 @@ CHECKS: tuple[Check, ...] = (
           lambda: _equal_verdict()[:4], document="docs/results/bench-gen-equal.md"),
     Check("F3OCUS ends {} points under `all` ([{}, {}], {} seeds) and {} [{}, {}] over `random` ({} seeds)",
           (EQUAL,), _equal_verdict, document="docs/results/bench-gen-paper.md"),
+    Check("ends above F3OCUS (F3OCUS − LNTK top-k {} points [{}, {}], {} seeds) and {} points under `all` "
+          "([{}, {}])", (EQUAL,), lambda: [*_equal("lntk")[4:], _equal("lntk")[0], *_lntk_under_all()]),
+    Check("- **F3OCUS − LNTK top-k:** lower, {} [{}, {}] ({} seeds, ±{};", (EQUAL,),
+          lambda: [*(f := _equal("lntk"))[4:], f[0], (f[6] - f[5]) / 2], document="docs/compare.md"),
+    Check("no server step, ends {} points under `all` ([{}, {}]) and {} above `random` ([{}, {}])", (EQUAL,),
+          lambda: [*_lntk_under_all(), *_equal("random", reference="lntk")[4:]], document="docs/compare.md"),
+    Check("**F3OCUS − LNTK top-k: lower.** {} [{}, {}] on {} seeds (±{}); the mean over rounds {} [{}, {}]",
+          (EQUAL,), lambda: [*(f := _equal("lntk"))[4:], f[0], (f[6] - f[5]) / 2,
+                             *_equal("lntk", "mean over rounds")[4:]],
+          document="docs/results/bench-gen-equal.md"),
     Check("all − none = {} points, interval [{}, {}]", (GEN,),
           lambda: interval(GEN, "bench-gen: all", "none"), document="docs/compare.md"),
     Check("It uplinks {} % of `all`'s bytes", ("bench-gen/selection.csv",), lambda: [_gen_uplink_share()],
