@@ -95,10 +95,16 @@ def test_a_run_without_a_ledger_line_is_refused(tmp_path, capsys):
 
 def test_the_paired_difference_of_every_round_shows_where_the_rules_separate(table, capsys):
     """The planted f3ocus is level with all in rounds 0 and 1 and 4, 5, 6 points above in round 2:
-    only round 2 reads "higher"; random, on one seed, has no per-round pair."""
+    only round 2 reads "higher"; random, on one seed (0: 0, 10, 10 points under f3ocus's 0, 10, 14),
+    has each round's difference and no interval."""
     found = curves.paired_rounds(curves.overall(curves.read(table)), "f3ocus-nsga2", ["all", "random"])
-    assert [(r["comparison"], r["round"]) for r in found] == [("f3ocus-nsga2 − all", n) for n in (0, 1, 2)]
-    assert [r["mean"] for r in found] == pytest.approx([0, 0, 5])
-    assert [r["reading"] for r in found] == ["not distinguishable"] * 2 + ["higher"]
-    assert curves.main([str(table), "--reference", "f3ocus-nsga2", "--against", "all"]) == 0
-    assert "| f3ocus-nsga2 − all | 2 | 3 | +5.00 | [+2.52, +7.48] | higher |" in capsys.readouterr().out
+    assert [(r["comparison"], r["round"]) for r in found] == [
+        *(("f3ocus-nsga2 − all", n) for n in (0, 1, 2)), *(("f3ocus-nsga2 − random", n) for n in (0, 1, 2))]
+    assert [r["mean"] for r in found] == pytest.approx([0, 0, 5, 0, 10, 14])
+    assert [r["reading"] for r in found] == (["not distinguishable"] * 2 + ["higher"]
+                                             + ["one seed: no interval"] * 3)
+    assert curves.main([str(table), "--reference", "f3ocus-nsga2", "--against", "all,random"]) == 0
+    out = capsys.readouterr().out
+    assert "| f3ocus-nsga2 − all | 2 | 3 | +5.00 | [+2.52, +7.48] | higher |" in out
+    assert "| f3ocus-nsga2 − random | 2 | 1 | +14.00 | - | one seed: no interval |" in out
+    assert "| random | 2 | 1 | 50.00 | - |" in out
