@@ -221,8 +221,9 @@ def figure(rows: Sequence[dict], path: Path) -> Path:
     fig, ax = plt.subplots(figsize=(7, 4))
     for rule in dict.fromkeys(r["rule"] for r in table):
         mine = [r for r in table if r["rule"] == rule]
-        rounds = [r["round"] for r in mine]
-        ax.plot(rounds, [r["mean"] for r in mine], marker="o", label=f"{rule} ({mine[0]['seeds']} seeds)")
+        rounds, seeds = [r["round"] for r in mine], mine[0]["seeds"]
+        ax.plot(rounds, [r["mean"] for r in mine], marker="o",
+                label=f"{rule} ({seeds} seed{'s' * (seeds > 1)})")
         ax.fill_between(rounds, [r["low"] for r in mine], [r["high"] for r in mine], alpha=0.2)
     ax.set_xlabel("round")
     ax.set_ylabel("overall accuracy % (95 % t interval)")

@@ -138,6 +138,7 @@ def test_a_paired_table_without_a_row_minus_base_comparison_is_refused(tmp_path:
 CURVE_SOURCES = [
     ("bench-gen-equal.md", "bench-gen-equal/runs.csv", "f3ocus-nsga2", "all,random,lntk", None),
     ("bench-gen-equal.md", "bench-gen-equal/runs.csv", "lntk", "all,random", (1,)),
+    ("bench-gen-equal.md", "bench-gen-equal/runs-30.csv", "f3ocus-nsga2", "all", (0, 1, 2, 3)),
 ]
 
 
