@@ -77,6 +77,19 @@ def reading(low: float, high: float) -> str:
     return "higher" if low > 0 else "lower" if high < 0 else "not distinguishable"
 
 
+def difference(a: Sequence[float], b: Sequence[float]) -> dict:
+    """Mean of a − b over paired seeds, with its 95 % t interval and reading from two seeds on; on
+    one seed the difference alone."""
+    if len(a) >= 2:
+        mean, low, high = paired_interval(a, b)
+        return {"mean": mean, "low": low, "high": high, "reading": reading(low, high)}
+    return {"mean": a[0] - b[0] if a else float("nan"), "reading": "one seed: no interval"}
+
+
+def _bounds(row: dict, spec: str = "+.2f") -> str:
+    return f"[{row['low']:{spec}}, {row['high']:{spec}}]" if "low" in row else "-"
+
+
 def pairs(data: dict, reference: str, others: Sequence[str]) -> list[dict]:
     """Reference − each other rule, last round and mean over rounds, over their common seeds."""
     out = []
@@ -85,14 +98,11 @@ def pairs(data: dict, reference: str, others: Sequence[str]) -> list[dict]:
             raise ValueError(f"--against {other!r}: no runs of it; rules present: {', '.join(sorted(data))}")
         seeds = sorted(set(data[reference]) & set(data[other]))
         for name, measure in (("last round", last), ("mean over rounds", auc)):
-            diffs = [measure(data[reference][s]) - measure(data[other][s]) for s in seeds]
-            row = {"comparison": f"{reference} − {other}", "reading of": name, "seeds": seeds, "diffs": diffs}
-            if len(seeds) >= 2:
-                mean, low, high = paired_interval([measure(data[reference][s]) for s in seeds],
-                                                  [measure(data[other][s]) for s in seeds])
-                row.update(mean=mean, low=low, high=high, width=(high - low) / 2, reading=reading(low, high))
-            else:
-                row.update(mean=float(np.mean(diffs)) if diffs else float("nan"))
+            a, b = [measure(data[reference][s]) for s in seeds], [measure(data[other][s]) for s in seeds]
+            row = {"comparison": f"{reference} − {other}", "reading of": name, "seeds": seeds,
+                   "diffs": [x - y for x, y in zip(a, b, strict=True)], **difference(a, b)}
+            if "low" in row:
+                row["width"] = (row["high"] - row["low"]) / 2
             out.append(row)
     return out
 
@@ -113,13 +123,8 @@ def per_client(rows: Sequence[dict], reference: str, others: Sequence[str]) -> l
             if not seeds:
                 continue
             a, b = [mine[s][1] for s in seeds], [theirs[s][1] for s in seeds]
-            row = {"comparison": f"{reference} − {other}", "client": client, "seeds": len(seeds),
-                   "reference": float(np.mean(a)), "other": float(np.mean(b))}
-            if len(seeds) >= 2:
-                row["mean"], row["low"], row["high"] = paired_interval(a, b)
-            else:
-                row["mean"] = a[0] - b[0]
-            out.append(row)
+            out.append({"comparison": f"{reference} − {other}", "client": client, "seeds": len(seeds),
+                        "reference": float(np.mean(a)), "other": float(np.mean(b)), **difference(a, b)})
     return out
 
 
@@ -154,14 +159,9 @@ def paired_rounds(data: dict, reference: str, others: Sequence[str]) -> list[dic
             continue
         curves = [data[rule][s] for rule in (reference, other) for s in seeds]
         for rnd in sorted(set.intersection(*(set(c) for c in curves))):
-            mine, theirs = [data[reference][s][rnd] for s in seeds], [data[other][s][rnd] for s in seeds]
-            row = {"comparison": f"{reference} − {other}", "round": rnd, "seeds": len(seeds)}
-            if len(seeds) >= 2:
-                mean, low, high = paired_interval(mine, theirs)
-                row.update(mean=mean, low=low, high=high, reading=reading(low, high))
-            else:
-                row.update(mean=mine[0] - theirs[0], reading="one seed: no interval")
-            out.append(row)
+            out.append({"comparison": f"{reference} − {other}", "round": rnd, "seeds": len(seeds),
+                        **difference([data[reference][s][rnd] for s in seeds],
+                                     [data[other][s][rnd] for s in seeds])})
     return out
 
 
@@ -188,25 +188,23 @@ def report(rows: Sequence[dict], reference: str, others: Sequence[str]) -> str:
     for row in pairs(data, reference, others):
         head = (f"| {row['comparison']} | {row['reading of']} | {','.join(map(str, row['seeds']))} | "
                 f"{', '.join(f'{d:+.2f}' for d in row['diffs'])} | {row['mean']:+.2f} |")
-        tail = (f"[{row['low']:+.2f}, {row['high']:+.2f}] | {row['width']:.2f} | {row['reading']} |"
-                if "low" in row else "- | - | one seed: no interval |")
+        width = f"{row['width']:.2f}" if "width" in row else "-"
+        tail = f"{_bounds(row)} | {width} | {row['reading']} |"
         lines.append(f"{head} {tail}")
     lines += ["", "| comparison | client | seeds | reference, last round % | other % | difference (pp) "
               "| 95 % t interval |", "|---|---|---|---|---|---|---|"]
     for row in per_client(rows, reference, others):
-        interval = f"[{row['low']:+.2f}, {row['high']:+.2f}]" if "low" in row else "-"
         lines.append(f"| {row['comparison']} | {row['client']} | {row['seeds']} | {row['reference']:.2f} | "
-                     f"{row['other']:.2f} | {row['mean']:+.2f} | {interval} |")
+                     f"{row['other']:.2f} | {row['mean']:+.2f} | {_bounds(row)} |")
     lines += ["", "| comparison | round | seeds | difference (pp) | 95 % t interval | reading |",
               "|---|---|---|---|---|---|"]
     for row in paired_rounds(data, reference, others):
-        interval = f"[{row['low']:+.2f}, {row['high']:+.2f}]" if "low" in row else "-"
         lines.append(f"| {row['comparison']} | {row['round']} | {row['seeds']} | {row['mean']:+.2f} | "
-                     f"{interval} | {row['reading']} |")
+                     f"{_bounds(row)} | {row['reading']} |")
     lines += ["", "| rule | round | seeds | mean % | 95 % t interval |", "|---|---|---|---|---|"]
     for row in per_round(data):
-        interval = f"[{row['low']:.2f}, {row['high']:.2f}]" if row["seeds"] > 1 else "-"
-        lines.append(f"| {row['rule']} | {row['round']} | {row['seeds']} | {row['mean']:.2f} | {interval} |")
+        lines.append(f"| {row['rule']} | {row['round']} | {row['seeds']} | {row['mean']:.2f} | "
+                     f"{_bounds(row, '.2f') if row['seeds'] > 1 else '-'} |")
     return "\n".join(lines)
 
 
