@@ -33,10 +33,10 @@ if os.environ.get("PYTEST_XDIST_WORKER"):
     # default threads, 11.4 s with OMP_NUM_THREADS=1 (cpu_time.py, load ~45 on 2 cores, 2026-11-26).
     # A test about thread counts sets them explicitly (tests/client_app/test_site_worker.py).
     os.environ["OMP_NUM_THREADS"] = "1"
-    # Ray starts its workers at nice 15: beside the other xdist workers (nice 0) the simulation's one
-    # client actor got a few per cent of a core, and test_simulation.py's two-round Ray run took
-    # 139 s of wall time for 20 s of work; at nice 0, 37.5 s (cpu_time.py, two niced sweeps
-    # beside it, 2026-11-29).
+    # Ray starts its workers at nice 15: on a machine with other work (two sweeps at nice 5) the
+    # simulation's one client actor got a few per cent of a core, and test_simulation.py's two-round
+    # Ray run took 139 s of wall time for 20 s of work; at nice 0, 37.5 s (cpu_time.py, 2026-11-29).
+    # In a quiet suite the other workers leave it idle cores: 58-60 s either way.
     os.environ["RAY_worker_niceness"] = "0"  # noqa: SIM112 (Ray reads its config names as spelled)
     import torch
 
