@@ -87,7 +87,9 @@ def difference(a: Sequence[float], b: Sequence[float]) -> dict:
 
 
 def _bounds(row: dict, spec: str = "+.2f") -> str:
-    return f"[{row['low']:{spec}}, {row['high']:{spec}}]" if "low" in row else "-"
+    """A row's interval as printed; "-" where it has none (no bounds, or NaN ones on one seed)."""
+    has = "low" in row and not np.isnan(row["low"])
+    return f"[{row['low']:{spec}}, {row['high']:{spec}}]" if has else "-"
 
 
 def pairs(data: dict, reference: str, others: Sequence[str]) -> list[dict]:
@@ -204,7 +206,7 @@ def report(rows: Sequence[dict], reference: str, others: Sequence[str]) -> str:
     lines += ["", "| rule | round | seeds | mean % | 95 % t interval |", "|---|---|---|---|---|"]
     for row in per_round(data):
         lines.append(f"| {row['rule']} | {row['round']} | {row['seeds']} | {row['mean']:.2f} | "
-                     f"{_bounds(row, '.2f') if row['seeds'] > 1 else '-'} |")
+                     f"{_bounds(row, '.2f')} |")
     return "\n".join(lines)
 
 
